@@ -1,0 +1,182 @@
+/* squeezefs container: the on-disk layout of one backing file (docs/FORMAT.md).
+ *
+ * A container stores a file of logical length L as independently compressed
+ * logical blocks of 2^log2bs bytes. It is log-structured: changed blocks are
+ * appended as new DATA records and become visible through an appended COMMIT
+ * record; a CHECKPOINT (full index) is appended now and then and located by
+ * one of two anchor slots in the header. Opening loads the newest valid
+ * checkpoint and replays the valid records after it. Space of dead blocks
+ * before the newest durable checkpoint is released with hole punching.
+ *
+ * Usable without FUSE. Errors are values: negative errno.
+ *   -EBADMSG  not a container / damaged header or index (message via log)
+ *   -EIO      a block's checksum or decompression failed (message via log)
+ *   -EFBIG    length beyond SQZ_MAX_LENGTH
+ *   -EROFS    write to a container opened read-only
+ *   others    from the backing file system (ENOSPC, EIO, ...)
+ *
+ * Thread safety: a sqz_ctr may be used from several threads at once.
+ * Reads (sqz_ctr_read_block, sqz_ctr_read) run concurrently with each other;
+ * mutating calls (write, commit, truncate, sync, checkpoint) are serialised
+ * by the container's internal rwlock (readers take it shared, mutators
+ * exclusive). Two sqz_ctr objects must never be open for writing on one
+ * backing file at the same time.
+ */
+#ifndef SQUEEZEFS_CONTAINER_H
+#define SQUEEZEFS_CONTAINER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "squeezefs/codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SQZ_LOG2BS_MIN 12
+#define SQZ_LOG2BS_MAX 20
+#define SQZ_LOG2BS_DEFAULT 17
+#define SQZ_MAX_LENGTH (1ULL << 44) /* 16 TiB logical */
+#define SQZ_MIN_SAVING_DEFAULT 125  /* permille: 12.5% */
+
+/* Compression parameters of one file; recorded in its header. */
+typedef struct sqz_params {
+    sqz_alg alg;
+    int level;
+    int log2bs;                /* 12..20 */
+    unsigned min_saving;       /* permille 0..1000; a block is stored raw when
+                                  compression saves less than this */
+    uint8_t auto_mode;         /* 0 = chosen by the user; 1 auto, 2 auto:ratio,
+                                  3 auto:speed = chosen by trial (recorded) */
+} sqz_params;
+
+/* Figures of one container (as kdb+'s -21!). */
+typedef struct sqz_ctr_stat {
+    sqz_params params;
+    uint64_t length;           /* logical (uncompressed) length */
+    uint64_t backing_size;     /* st_size of the backing file */
+    uint64_t backing_alloc;    /* st_blocks*512 of the backing file */
+    uint64_t blocks;           /* ceil(length / block size) */
+    uint64_t stored_blocks;    /* blocks with data (compressed or raw) */
+    uint64_t raw_blocks;       /* stored uncompressed */
+    uint64_t hole_blocks;      /* all-zero, no space */
+    uint64_t compressed_bytes; /* sum of stored bytes of live blocks */
+    uint64_t dead_bytes;       /* stored bytes no longer referenced */
+} sqz_ctr_stat;
+
+/* Callback for log lines (damaged blocks, repaired tails). level: 0 error,
+ * 1 warning, 2 info. May be called from any thread. */
+typedef void (*sqz_log_fn)(void *user, int level, const char *msg);
+/* Set the process-wide log sink (default: stderr). Not thread-safe against
+ * concurrent logging: call once at start-up. */
+void sqz_set_log(sqz_log_fn fn, void *user);
+void sqz_logf(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+typedef struct sqz_ctr sqz_ctr;
+
+#define SQZ_OPEN_RDONLY 0
+#define SQZ_OPEN_RDWR 1
+
+/* Validate params (alg, level range, log2bs, min_saving). 0 or -EINVAL with
+ * a message in err. */
+int sqz_params_check(const sqz_params *p, char *err, size_t errlen);
+
+/* Write a fresh empty container header into fd (which must be an empty or
+ * to-be-truncated regular file opened O_RDWR), fsync it, and open it.
+ * The label is an informational path used in log messages (may be NULL).
+ * Takes ownership of fd on success and on failure (closes it). */
+int sqz_ctr_create_fd(int fd, const sqz_params *p, const char *label,
+                      sqz_ctr **out);
+/* Open an existing container. flags: SQZ_OPEN_RDONLY or SQZ_OPEN_RDWR.
+ * RDWR repairs a torn tail (ftruncate to the last valid commit). Takes
+ * ownership of fd (closed on failure and by sqz_ctr_close). */
+int sqz_ctr_open_fd(int fd, int flags, const char *label, sqz_ctr **out);
+/* Convenience: open/create by path (O_NOFOLLOW). create: 0 or 1 (O_CREAT|
+ * O_TRUNC, mode 0644 & ~umask). */
+int sqz_ctr_open_path(const char *path, int flags, sqz_ctr **out);
+int sqz_ctr_create_path(const char *path, const sqz_params *p, mode_t mode,
+                        sqz_ctr **out);
+
+/* 1 if the first bytes of fd look like a container header (magic + header
+ * checksum valid), 0 if not (a plain file), negative errno on I/O error.
+ * Does not move the file offset. */
+int sqz_ctr_probe_fd(int fd);
+
+/* Close: writes pending commits (not fsync) and frees. Returns the first
+ * error seen while finishing (the object is freed anyway). */
+int sqz_ctr_close(sqz_ctr *c);
+
+const sqz_params *sqz_ctr_params(const sqz_ctr *c);
+uint64_t sqz_ctr_length(sqz_ctr *c);
+int sqz_ctr_fd(const sqz_ctr *c); /* for fstat/fchmod/xattrs by the owner */
+int sqz_ctr_stat(sqz_ctr *c, sqz_ctr_stat *st);
+
+/* ---- block level (what the engine uses) ---- */
+size_t sqz_ctr_block_size(const sqz_ctr *c);
+uint64_t sqz_ctr_nblocks(sqz_ctr *c); /* ceil(length / block size) */
+/* Read logical block idx into buf (block size bytes; bytes past the logical
+ * length read as zero). Holes and blocks beyond the end read as zeros.
+ * Returns the number of valid bytes in the block (0..block size), or -EIO
+ * for a damaged block (logged with label and block number). *compressed_len
+ * (may be NULL) receives the stored size (0 for holes). */
+ssize_t sqz_ctr_read_block(sqz_ctr *c, uint64_t idx, void *buf,
+                           size_t *stored_len);
+
+/* A block prepared for a commit. Prepare (compress, checksum) runs without
+ * any container lock, so callers may prepare many blocks in parallel on
+ * worker threads; sqz_ctr_commit then appends them in one transaction. */
+typedef struct sqz_prepared {
+    uint64_t idx;       /* logical block number */
+    uint8_t kind;       /* set by prepare: 0 hole, 1 compressed, 2 raw */
+    uint32_t stored_len;
+    uint32_t crc;       /* checksum of the stored bytes */
+    void *stored;       /* malloc'd stored bytes (NULL for holes) */
+} sqz_prepared;
+
+/* Compress one full block (data is block size bytes; bytes past the file's
+ * length must be zero). Thread-safe, lock-free. Returns 0 or -ENOMEM. */
+int sqz_ctr_prepare(const sqz_ctr *c, uint64_t idx, const void *data,
+                    sqz_prepared *out);
+void sqz_prepared_free(sqz_prepared *p);
+
+/* Append the prepared blocks and a COMMIT record setting the new logical
+ * length (blocks at or past ceil(new_length/bs) are dropped; the caller
+ * must pass the block containing the new end with its tail zeroed if it
+ * changed). Atomic: after a crash either all of it or none of it is
+ * visible. Not durable until sqz_ctr_sync. On error nothing changes in
+ * memory and the file stays consistent. */
+int sqz_ctr_commit(sqz_ctr *c, sqz_prepared *blocks, size_t n,
+                   uint64_t new_length);
+/* Make everything committed so far durable (fdatasync; fsync if full). May
+ * write a checkpoint (amortised) and reclaim dead space. */
+int sqz_ctr_sync(sqz_ctr *c, int datasync);
+
+/* ---- byte level (CLI, tests; simple, not for the hot path) ---- */
+/* Read up to n bytes at off; returns bytes read (0 at/after EOF) or -errno. */
+ssize_t sqz_ctr_pread(sqz_ctr *c, void *buf, size_t n, uint64_t off);
+/* Write n bytes at off (read-modify-write of partial blocks, extends the
+ * length; gaps read as zeros), committed in one transaction. */
+ssize_t sqz_ctr_pwrite(sqz_ctr *c, const void *buf, size_t n, uint64_t off);
+/* Shrink or grow the logical length (zeroing the tail of the last block). */
+int sqz_ctr_truncate(sqz_ctr *c, uint64_t length);
+
+/* ---- maintenance ---- */
+/* Write a checkpoint now and reclaim dead space (punch holes). */
+int sqz_ctr_checkpoint(sqz_ctr *c);
+/* Check everything: header, anchors, index, every live block's checksum
+ * and decompression. Calls report(user, msg) for every problem found
+ * (naming the block) and returns the number of problems (0 = clean) or a
+ * negative errno if the file could not be read at all. */
+typedef void (*sqz_report_fn)(void *user, const char *msg);
+int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user);
+/* Verify by fd without a prior successful open (reports a header/index
+ * error as a problem instead of failing). Does not take ownership. */
+int sqz_verify_fd(int fd, const char *label, sqz_report_fn report, void *user);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,109 @@
+/* squeezefs policy: SPEC parsing, rule files, and resolution of a path to
+ * (algorithm, level, block size). Depends only on the codec layer.
+ * All functions are thread-safe (no global state); a sqz_rules object is
+ * immutable after loading and may be shared between threads. */
+#ifndef SQUEEZEFS_POLICY_H
+#define SQUEEZEFS_POLICY_H
+
+#include <stddef.h>
+#include "squeezefs/codec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A parsed SPEC: `ALG[:LEVEL][/BLOCK]` (e.g. zstd:3/128K, lz4hc:9/64K, gzip,
+ * none, auto, auto:ratio, auto:speed, zstd/1M) or a kdb+ triple "LBS ALG
+ * LEVEL" (e.g. "17 2 6"). BLOCK is 4K..1M (K/M suffix, power of two) or a
+ * log2 12..20. */
+typedef struct sqz_spec {
+    sqz_alg alg;
+    int level;       /* valid for alg; the alg's default if not given */
+    int log2bs;      /* 12..20, or 0 when the spec gives no block size */
+    int auto_mode;   /* 0 none; 1 auto (balanced), 2 auto:ratio, 3 auto:speed.
+                        When set, alg/level are placeholders (zstd default). */
+} sqz_spec;
+
+#define SQZ_AUTO_NONE 0
+#define SQZ_AUTO_BALANCED 1
+#define SQZ_AUTO_RATIO 2
+#define SQZ_AUTO_SPEED 3
+
+/* Parse text into out. Returns 0, or -EINVAL with a clear message in err
+ * (naming the valid algorithms / the level range / the block sizes). */
+int sqz_spec_parse(const char *text, sqz_spec *out, char *err, size_t errlen);
+/* Canonical text, e.g. "zstd:3/128K", "none/64K", "auto:ratio/128K",
+ * "snappy" (no block part when log2bs == 0). Returns length or -ENOSPC. */
+int sqz_spec_format(const sqz_spec *s, char *buf, size_t n);
+/* Parse a block size: "128K", "1M", "4096", or log2 "17". -EINVAL unless
+ * a power of two in 4K..1M. */
+int sqz_parse_block(const char *text, int *log2bs, char *err, size_t errlen);
+
+/* Glob match of pattern against a path relative to the mount root (no
+ * leading '/'). '*' and '?' stay within one component, '[...]' classes,
+ * '**' matches across components (zero or more). A pattern without '/'
+ * matches the basename anywhere (as .gitignore). A leading '/' anchors the
+ * pattern at the root. Returns 1 on match, 0 otherwise. */
+int sqz_glob_match(const char *pattern, const char *relpath);
+
+/* Rule files: one rule per line, `PATTERN SPEC`, '#' comments, blank
+ * lines ignored. SPEC may contain spaces only as a quoted kdb+ triple
+ * ("17 2 6"). */
+typedef struct sqz_rules sqz_rules;
+/* Errors name the line: "policy.rules:3: unknown algorithm 'zsdt' ...". */
+int sqz_rules_parse(const char *text, const char *source_name,
+                    sqz_rules **out, char *err, size_t errlen);
+int sqz_rules_load(const char *path, sqz_rules **out, char *err,
+                   size_t errlen);
+void sqz_rules_free(sqz_rules *r);
+size_t sqz_rules_count(const sqz_rules *r);
+/* First matching rule: returns its 1-based line number and sets *out,
+ * or 0 if none matches. */
+int sqz_rules_match(const sqz_rules *r, const char *relpath, sqz_spec *out);
+
+/* Where an effective policy came from. */
+typedef enum sqz_policy_source {
+    SQZ_SRC_FILE = 0,      /* xattr on the file itself */
+    SQZ_SRC_DIRECTORY = 1, /* xattr on an ancestor directory (or itself) */
+    SQZ_SRC_RULE = 2,      /* a line of the rule file */
+    SQZ_SRC_DEFAULT = 3,   /* mount default */
+} sqz_policy_source;
+
+/* The persistent per-file / per-directory policy lives in BACKING as the
+ * xattr below (value: SPEC text). */
+#define SQZ_POLICY_XATTR "user.squeezefs.policy"
+
+typedef struct sqz_resolved {
+    sqz_spec spec;              /* block size filled in (never 0) */
+    sqz_policy_source source;
+    char where[512];            /* relpath of the file/dir, or
+                                   "FILE:LINE", or "default" */
+} sqz_resolved;
+
+/* Resolve relpath (relative to the backing root dirfd, no leading '/',
+ * "" for the root) to its effective policy:
+ *   1. SQZ_POLICY_XATTR on the file itself (if it exists and is not a dir),
+ *   2. on the nearest ancestor directory (a directory's own xattr counts
+ *      for the directory itself),
+ *   3. first matching rule (rules may be NULL),
+ *   4. deflt.
+ * A spec without a block size takes the block size of the next source down
+ * (ultimately deflt->log2bs, which must be set). Path components are
+ * opened with O_NOFOLLOW relative to root_fd (never escapes the root).
+ * An unparsable xattr value is skipped (logged by the caller if wanted).
+ * Returns 0 or negative errno (only for I/O errors other than ENOENT/ENODATA). */
+int sqz_policy_resolve(int root_fd, const char *relpath,
+                       const sqz_rules *rules, const char *rules_name,
+                       const sqz_spec *deflt, sqz_resolved *out);
+
+/* auto: pick an algorithm and level by trial compression of sample (the
+ * first blocks of a file), within a budget of a few milliseconds.
+ * mode: SQZ_AUTO_BALANCED / RATIO / SPEED. Random data gives SQZ_ALG_NONE.
+ * Returns 0 and sets *alg, *level. */
+int sqz_auto_choose(int mode, const void *sample, size_t len, int log2bs,
+                    sqz_alg *alg, int *level);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

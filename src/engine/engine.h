@@ -1,0 +1,83 @@
+/* squeezefs I/O engine: block cache, per-file dirty blocks, parallel
+ * compression, read-ahead. Sits between the FUSE front end and the
+ * container library. Internal (not a public header).
+ *
+ * Locking (documented, not patched):
+ *  - sqz_engine.cache_lock (mutex): protects the block cache (hash + LRU
+ *    list + byte count). Held only for lookups/inserts, never during I/O or
+ *    decompression.
+ *  - sqz_file.lock (rwlock): protects the file's dirty-block map and its
+ *    logical length. Reads take it shared, writes/truncate/flush exclusive.
+ *  - the container's own rwlock serialises commits against block reads.
+ *  - stats are atomics.
+ * Lock order: sqz_file.lock -> container lock -> cache_lock.
+ */
+#ifndef SQUEEZEFS_ENGINE_H
+#define SQUEEZEFS_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "squeezefs/container.h"
+
+typedef struct sqz_engine_opts {
+    int threads;             /* compression workers; 0 = number of cores */
+    size_t cache_bytes;      /* decompressed block cache; default 256 MiB */
+    size_t dirty_bytes_file; /* per file: dirty data above this is committed
+                                (default 8 MiB) */
+    size_t dirty_bytes_max;  /* all files: writers wait above this
+                                (default 256 MiB) */
+    int dirty_expire_ms;     /* dirty data older than this is committed by a
+                                background thread (default 2000) */
+    int readahead_blocks;    /* blocks decompressed ahead of a sequential
+                                reader (default 4; 0 = off) */
+} sqz_engine_opts;
+
+/* Counters since start (squeezefs stats). */
+typedef struct sqz_stats {
+    uint64_t logical_bytes_read, logical_bytes_written;
+    uint64_t backing_bytes_read, backing_bytes_written;
+    uint64_t blocks_decompressed, bytes_decompressed;
+    uint64_t blocks_compressed, bytes_compressed;
+    uint64_t raw_blocks_stored;
+    uint64_t cache_hits, cache_misses, cache_bytes;
+    uint64_t dirty_bytes;
+} sqz_stats;
+
+typedef struct sqz_engine sqz_engine;
+typedef struct sqz_file sqz_file;
+
+int sqz_engine_new(const sqz_engine_opts *o, sqz_engine **out);
+/* Flushes nothing: close every file first. */
+void sqz_engine_free(sqz_engine *e);
+void sqz_engine_stats(sqz_engine *e, sqz_stats *out);
+/* Commit all dirty data of all open files (not fsync). */
+int sqz_engine_flush_all(sqz_engine *e);
+
+/* Wrap an open container (takes ownership). One sqz_file per backing
+ * inode; the caller (FUSE layer) shares it between handles. */
+int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out);
+/* Commit dirty data, close the container, free. Returns first error. */
+int sqz_file_close(sqz_file *f);
+
+ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off);
+ssize_t sqz_file_write(sqz_file *f, const void *buf, size_t n, uint64_t off);
+/* Append at the current end atomically w.r.t. other writers of this file;
+ * *off_out receives the offset written at. */
+ssize_t sqz_file_append(sqz_file *f, const void *buf, size_t n,
+                        uint64_t *off_out);
+int sqz_file_truncate(sqz_file *f, uint64_t length);
+/* Hand dirty data to the backing file (commit, no fsync). */
+int sqz_file_flush(sqz_file *f);
+/* flush + make durable. */
+int sqz_file_fsync(sqz_file *f, int datasync);
+uint64_t sqz_file_length(sqz_file *f);
+int sqz_file_stat(sqz_file *f, sqz_ctr_stat *st);
+sqz_ctr *sqz_file_ctr(sqz_file *f);
+/* 1 if the file has uncommitted dirty data. */
+int sqz_file_dirty(sqz_file *f);
+/* Drop cached blocks of this file (e.g. after recompress). */
+void sqz_file_drop_cache(sqz_file *f);
+
+#endif

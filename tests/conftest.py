@@ -1,0 +1,71 @@
+"""pytest fixtures: the squeezefs binary and real mounts in temp dirs."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mountlib import Mount, squeezefs_bin, run_cli  # noqa: E402
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow: long-running test (tools/test.sh --long runs more)")
+    config.addinivalue_line("markers", "long: only with SQZ_LONG=1 (tools/test.sh --long)")
+
+
+def pytest_collection_modifyitems(config, items):
+    if os.environ.get("SQZ_LONG") == "1":
+        return
+    skip = pytest.mark.skip(reason="long mode only (tools/test.sh --long)")
+    for it in items:
+        if "long" in it.keywords:
+            it.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def sqz_bin():
+    b = squeezefs_bin()
+    if not os.path.exists(b):
+        pytest.fail(f"squeezefs binary not found at {b}: build first (tools/build.sh)")
+    return b
+
+
+@pytest.fixture
+def cli(sqz_bin):
+    return run_cli
+
+
+def fuse_available():
+    return os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
+
+
+@pytest.fixture
+def mount_factory(tmp_path, sqz_bin):
+    """mount_factory(options=(), backing=None, name='mnt') -> Mount.
+    Every mount made here is unmounted at teardown, whatever happened."""
+    if not fuse_available():
+        pytest.skip("FUSE is not available (/dev/fuse or fusermount3 missing)")
+    made = []
+
+    def make(options=(), backing=None, name="mnt", **kw):
+        b = backing or tmp_path / (name + "-backing")
+        os.makedirs(b, exist_ok=True)
+        m = Mount(b, tmp_path / name, options=options, **kw)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        if m.proc is not None:
+            try:
+                m.unmount(timeout=30)
+            except Exception:
+                m.kill()
+
+
+@pytest.fixture
+def mnt(mount_factory):
+    """A squeezefs mount with default options."""
+    return mount_factory()

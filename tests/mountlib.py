@@ -1,0 +1,147 @@
+"""Helpers to run squeezefs in tests: mount a backing dir, always unmount."""
+import os
+import signal
+import subprocess
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def squeezefs_bin():
+    """Path of the squeezefs binary under test ($SQUEEZEFS_BIN or build/)."""
+    b = os.environ.get("SQUEEZEFS_BIN") or os.path.join(ROOT, "build", "squeezefs")
+    return os.path.abspath(b)
+
+
+def run_cli(*args, check=True, input=None, timeout=300, env=None):
+    """Run `squeezefs ARGS`; returns CompletedProcess (text mode)."""
+    cmd = [squeezefs_bin()] + [str(a) for a in args]
+    p = subprocess.run(cmd, capture_output=True, text=True, input=input,
+                       timeout=timeout, env=env)
+    if check and p.returncode != 0:
+        raise AssertionError(f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
+    return p
+
+
+def is_mounted(path):
+    path = os.path.realpath(path)
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            parts = line.split()
+            if parts[4] == path:
+                return True
+    return False
+
+
+class Mount:
+    """A running squeezefs daemon (foreground, -f) on backing -> mountpoint.
+
+    Use as a context manager; the daemon is always unmounted and reaped.
+    The daemon's stderr goes to self.log_path (read it with .log())."""
+
+    def __init__(self, backing, mountpoint, options=(), extra_args=(),
+                 env=None, wait=True):
+        self.backing = str(backing)
+        self.mnt = str(mountpoint)
+        self.options = list(options)
+        self.extra_args = list(extra_args)
+        self.env = env
+        self.proc = None
+        self.log_path = self.mnt.rstrip("/") + ".log"
+        self._log = None
+        if wait:
+            self.start()
+
+    def cmd(self):
+        c = [squeezefs_bin(), "-f"]
+        if self.options:
+            c += ["-o", ",".join(self.options)]
+        c += self.extra_args + [self.backing, self.mnt]
+        return c
+
+    def start(self, timeout=20):
+        os.makedirs(self.mnt, exist_ok=True)
+        self._log = open(self.log_path, "ab")
+        env = dict(os.environ)
+        if self.env:
+            env.update(self.env)
+        self.proc = subprocess.Popen(self.cmd(), stdout=self._log,
+                                     stderr=subprocess.STDOUT, env=env)
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if is_mounted(self.mnt):
+                return self
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"squeezefs exited with {self.proc.returncode}:\n{self.log()}")
+            time.sleep(0.02)
+        self.kill()
+        raise RuntimeError(f"mount did not appear within {timeout}s:\n{self.log()}")
+
+    def log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def unmount(self, timeout=60):
+        """Clean unmount (fusermount3 -u), then wait for the daemon to exit.
+        Returns the daemon's exit code."""
+        if self.proc is None:
+            return None
+        if is_mounted(self.mnt):
+            for _ in range(100):
+                r = subprocess.run(["fusermount3", "-u", self.mnt],
+                                   capture_output=True, text=True)
+                if r.returncode == 0 or not is_mounted(self.mnt):
+                    break
+                time.sleep(0.1)  # EBUSY: a test process still has a file open
+            else:
+                subprocess.run(["fusermount3", "-uz", self.mnt], capture_output=True)
+        try:
+            rc = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        self._close_log()
+        self.proc = None
+        return rc
+
+    def kill(self, sig=signal.SIGKILL):
+        """Kill the daemon (crash simulation) and clear the dead mount."""
+        if self.proc is None:
+            return None
+        try:
+            self.proc.send_signal(sig)
+        except ProcessLookupError:
+            pass
+        rc = None
+        try:
+            rc = self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            rc = self.proc.wait()
+        if is_mounted(self.mnt):
+            subprocess.run(["fusermount3", "-uz", self.mnt], capture_output=True)
+        self._close_log()
+        self.proc = None
+        return rc
+
+    def _close_log(self):
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def path(self, *parts):
+        return os.path.join(self.mnt, *parts)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is not None:
+            if exc[0] is None:
+                self.unmount()
+            else:
+                self.kill()
+        return False
