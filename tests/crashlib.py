@@ -1,0 +1,161 @@
+"""Shared pieces of the crash and power-loss tests: a writer process that
+appends/overwrites records in several files of a mount and logs what was
+fsync'ed, and a checker that compares a (re)mounted tree with that log.
+
+Log format (plain text, one line per event, written by the writer to a file
+OUTSIDE the mount, flushed after every line; only the daemon is killed, so
+the log survives as written):
+  W <seq> <file> <offset> <length> <sha256>   before a write is issued
+  S <file> <seq>                              after fsync(file) returned 0:
+                                              every W of <file> with seq <=
+                                              <seq> is durable
+"""
+import hashlib
+import os
+import random
+import subprocess
+import sys
+
+WRITER = r'''
+import hashlib, os, random, sys, time
+mnt, logpath, seed, nfiles, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+rnd = random.Random(seed)
+words = [b"trade", b"quote", b"AAPL", b"MSFT", b"IBM", b"bid", b"ask", b"0.25",
+         b"100", b"NYSE", b"2026-11-23", b"12:00:01.123456", b"\n", b","]
+def payload(n):
+    out = bytearray()
+    while len(out) < n:
+        if rnd.random() < 0.2:
+            out += rnd.randbytes(rnd.randint(1, 64))
+        else:
+            out += b",".join(rnd.choice(words) for _ in range(8)) + b"\n"
+    return bytes(out[:n])
+log = open(logpath, "a", buffering=1)
+fds, sizes, seqs = {}, {}, {}
+seq = 0
+try:
+    for i in range(nfiles):
+        name = f"{prefix}{i}"
+        fd = os.open(os.path.join(mnt, name), os.O_RDWR | os.O_CREAT, 0o644)
+        fds[name] = fd
+        sizes[name] = os.fstat(fd).st_size
+    while True:
+        name = rnd.choice(list(fds))
+        fd = fds[name]
+        r = rnd.random()
+        if r < 0.15:
+            (os.fdatasync if rnd.random() < 0.5 else os.fsync)(fd)
+            log.write(f"S {name} {seq}\n")
+            continue
+        n = rnd.choice([rnd.randint(1, 600), rnd.randint(1, 20000), rnd.randint(1, 300000)])
+        if r < 0.35 and sizes[name] > 0:
+            off = rnd.randrange(0, sizes[name])          # overwrite
+        else:
+            off = sizes[name]                            # append
+        data = payload(n)
+        seq += 1
+        log.write(f"W {seq} {name} {off} {n} {hashlib.sha256(data).hexdigest()}\n")
+        done = 0
+        while done < n:
+            done += os.pwrite(fd, data[done:], off + done)
+        sizes[name] = max(sizes[name], off + n)
+except OSError as e:
+    sys.stderr.write(f"writer stopped: {e}\n")
+    sys.exit(0)
+'''
+
+
+def start_writer(mnt, logpath, seed, nfiles=3, prefix="f"):
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(mnt), str(logpath),
+                             str(seed), str(nfiles), prefix],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def stop_writer(p, timeout=30):
+    try:
+        _, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        _, err = p.communicate()
+    return err.decode(errors="replace") if err else ""
+
+
+def parse_log(logpath):
+    """-> (writes, synced): writes = list of (seq, file, off, len, sha) in
+    issue order; synced = {file: highest durable seq}."""
+    writes, synced = [], {}
+    with open(logpath) as f:
+        for line in f:
+            if not line.endswith("\n"):
+                break  # torn last line of a killed writer
+            p = line.split()
+            if p[0] == "W":
+                writes.append((int(p[1]), p[2], int(p[3]), int(p[4]), p[5]))
+            elif p[0] == "S":
+                synced[p[1]] = max(synced.get(p[1], 0), int(p[2]))
+    return writes, synced
+
+
+def check_tree(mnt, logpath):
+    """Check the durable promises of the log against files under mnt.
+    Returns a list of problem strings (empty = all good), and the number of
+    records checked exactly."""
+    writes, synced = parse_log(logpath)
+    problems = []
+    checked = 0
+    by_file = {}
+    for w in writes:
+        by_file.setdefault(w[1], []).append(w)
+    for name, ws in by_file.items():
+        path = os.path.join(mnt, name)
+        durable = [w for w in ws if w[0] <= synced.get(name, 0)]
+        if not durable:
+            continue
+        try:
+            with open(path, "rb") as f:
+                content = f.read()
+        except OSError as e:
+            problems.append(f"{name}: cannot read: {e}")
+            continue
+        need = max(w[2] + w[3] for w in durable)
+        if len(content) < need:
+            problems.append(f"{name}: length {len(content)} < {need}, the end of fsync'ed data")
+        for i, w in enumerate(ws):
+            if w[0] > synced.get(name, 0):
+                break
+            seq, _, off, n, sha = w
+            # Only ranges no later write (durable or not) touched are exact.
+            later = ws[i + 1:]
+            if any(l[2] < off + n and off < l[2] + l[3] for l in later):
+                continue
+            got = content[off:off + n]
+            if hashlib.sha256(got).hexdigest() != sha:
+                problems.append(f"{name}: fsync'ed write #{seq} at {off}+{n} differs "
+                                f"(read {len(got)} bytes)")
+            else:
+                checked += 1
+    return problems, checked
+
+
+def read_all_files(root):
+    """Read every regular file end to end; returns problems."""
+    problems = []
+    for dp, _, files in os.walk(root):
+        for fn in files:
+            p = os.path.join(dp, fn)
+            try:
+                with open(p, "rb") as f:
+                    while f.read(1 << 20):
+                        pass
+            except OSError as e:
+                problems.append(f"{p}: {e}")
+    return problems
+
+
+def round_seeds(n, base=None):
+    """Per-round seeds from a base seed ($SQZ_SEED or random), printed."""
+    if base is None:
+        base = int(os.environ.get("SQZ_SEED", random.randrange(1 << 30)))
+    rnd = random.Random(base)
+    print(f"base seed {base} (rerun with SQZ_SEED={base})")
+    return base, [rnd.randrange(1 << 30) for _ in range(n)]

@@ -1,0 +1,235 @@
+"""Faults of the backing store: ENOSPC (BACKING on a small tmpfs), EIO and
+short writes (LD_PRELOAD tests/fault_shim.c in the daemon), corrupted
+containers, and SIGTERM with unflushed data."""
+import errno
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+
+import pytest
+
+from mountlib import is_mounted, run_cli
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def text_data(n, seed=0):
+    import random
+    rnd = random.Random(seed)
+    words = [b"alpha", b"beta", b"gamma", b"delta", b"2026-11-23", b"12.50", b"IBM", b"\n"]
+    out = bytearray()
+    while len(out) < n:
+        out += b" ".join(rnd.choice(words) for _ in range(12)) + b"\n"
+    return bytes(out[:n])
+
+
+def write_fsync(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def sha(b):
+    return hashlib.sha256(b).hexdigest()
+
+
+def need_root():
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path):
+    need_root()
+    d = tmp_path / "small"
+    d.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "sqz-enospc", str(d)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {r.stderr.strip()}")
+    yield d
+    subprocess.run(["umount", str(d)], capture_output=True)
+    if is_mounted(d):
+        subprocess.run(["umount", "-l", str(d)], capture_output=True)
+
+
+def test_enospc(mount_factory, small_tmpfs):
+    backing = small_tmpfs / "backing"
+    m = mount_factory(backing=backing)
+    keep = text_data(1 << 20, 1)
+    write_fsync(m.path("keep"), keep)
+
+    got = None
+    written = 0
+    f = open(m.path("fill"), "wb", buffering=0)
+    try:
+        while written < (64 << 20):
+            chunk = os.urandom(256 << 10)  # incompressible
+            written += f.write(chunk)
+            if written % (2 << 20) == 0:
+                os.fsync(f.fileno())
+    except OSError as e:
+        got = e
+    try:
+        f.close()
+    except OSError as e:
+        got = got or e
+    if got is None:
+        try:
+            os.sync()
+        except OSError:
+            pass
+    assert got is not None, f"wrote {written} bytes to an 8 MiB backing store without an error"
+    assert got.errno == errno.ENOSPC, f"expected ENOSPC, got {got!r}"
+
+    assert m.proc.poll() is None, "daemon died on ENOSPC:\n" + m.log()[-3000:]
+    assert sha(open(m.path("keep"), "rb").read()) == sha(keep), "fsync'ed file damaged by ENOSPC"
+    assert "keep" in os.listdir(m.mnt)
+
+    os.unlink(m.path("fill"))
+    again = text_data(1 << 20, 2)
+    write_fsync(m.path("again"), again)
+    assert open(m.path("again"), "rb").read() == again
+    assert m.unmount() == 0, m.log()[-3000:]
+    m2 = mount_factory(backing=backing)
+    assert open(m2.path("keep"), "rb").read() == keep
+    assert open(m2.path("again"), "rb").read() == again
+    assert m2.unmount() == 0
+    v = run_cli("verify", backing, check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+@pytest.fixture(scope="module")
+def fault_shim(tmp_path_factory):
+    cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not cc:
+        pytest.skip("no C compiler to build tests/fault_shim.c")
+    out = tmp_path_factory.mktemp("fshim") / "fault_shim.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", str(out),
+                    os.path.join(HERE, "fault_shim.c"), "-ldl"], check=True)
+    return str(out)
+
+
+@pytest.mark.parametrize("mode,nth,count", [("eio", 1, 1), ("eio", 3, 0), ("short", 1, 1)])
+def test_backing_write_faults(mount_factory, tmp_path, fault_shim, mode, nth, count):
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    arm = tmp_path / "armed"
+    env = {"LD_PRELOAD": fault_shim, "SQZ_FAULT_DIR": str(backing.resolve()),
+           "SQZ_FAULT_ARM": str(arm), "SQZ_FAULT_NTH": str(nth),
+           "SQZ_FAULT_COUNT": str(count), "SQZ_FAULT_MODE": mode,
+           "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+    m = mount_factory(backing=backing, env=env)
+    before = text_data(600 << 10, 3)
+    write_fsync(m.path("before"), before)
+
+    arm.touch()
+    victim = text_data(2 << 20, 4) + os.urandom(256 << 10)
+    err = None
+    try:
+        write_fsync(m.path("victim"), victim)
+    except OSError as e:
+        err = e
+    arm.unlink()
+    if mode == "eio":
+        assert err is not None, "an EIO of the backing store was not reported to the writer"
+        assert err.errno in (errno.EIO, errno.ENOSPC, errno.EROFS), repr(err)
+        assert "fault_shim: injecting" in m.log()
+    elif err is None:
+        # a short write handled by retrying: the data must be complete
+        assert open(m.path("victim"), "rb").read() == victim
+    assert m.proc.poll() is None, "daemon died:\n" + m.log()[-3000:]
+    assert open(m.path("before"), "rb").read() == before
+    # still serving: a new file works
+    after = text_data(300 << 10, 5)
+    write_fsync(m.path("after"), after)
+    assert open(m.path("after"), "rb").read() == after
+    assert m.unmount() == 0, m.log()[-3000:]
+
+    m2 = mount_factory(backing=backing)
+    assert open(m2.path("before"), "rb").read() == before
+    assert open(m2.path("after"), "rb").read() == after
+    if err is None:
+        assert open(m2.path("victim"), "rb").read() == victim
+    elif os.path.exists(m2.path("victim")):
+        with open(m2.path("victim"), "rb") as f:  # readable, whatever it holds
+            f.read()
+    assert m2.unmount() == 0
+    v = run_cli("verify", backing, check=False)
+    assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_corruption_is_detected(mount_factory, tmp_path):
+    backing = tmp_path / "backing"
+    m = mount_factory(backing=backing)
+    data_a = text_data(4 << 20, 6)
+    data_b = text_data(1 << 20, 7)
+    write_fsync(m.path("a"), data_a)
+    write_fsync(m.path("b"), data_b)
+    assert m.unmount() == 0
+
+    bpath = backing / "a"
+    size = bpath.stat().st_size
+    with open(bpath, "r+b") as f:
+        f.seek(size // 2)
+        chunk = f.read(64)
+        f.seek(size // 2)
+        f.write(bytes(x ^ 0xFF for x in chunk))
+
+    m2 = mount_factory(backing=backing)
+    bs = 128 << 10
+    bad, good = [], 0
+    fd = os.open(m2.path("a"), os.O_RDONLY)
+    try:
+        for off in range(0, len(data_a), bs):
+            try:
+                got = os.pread(fd, bs, off)
+            except OSError as e:
+                assert e.errno == errno.EIO, f"read at {off}: {e!r} (want EIO)"
+                bad.append(off)
+                continue
+            assert got == data_a[off:off + bs], f"read at {off} returned wrong data, not EIO"
+            good += 1
+    finally:
+        os.close(fd)
+    assert bad, "64 flipped bytes in the middle of a container went unnoticed"
+    assert good > 0, "one damaged block made the whole file unreadable"
+    assert open(m2.path("b"), "rb").read() == data_b
+    assert m2.proc.poll() is None
+    log = m2.log()
+    assert "a" in log and "block" in log.lower(), f"daemon log does not name the damage:\n{log[-3000:]}"
+    assert m2.unmount() == 0
+    v = run_cli("verify", backing, check=False)
+    assert v.returncode == 1, f"verify exit {v.returncode}:\n{v.stdout}{v.stderr}"
+    assert "a" in (v.stdout + v.stderr)
+    vb = run_cli("verify", backing / "b", check=False)
+    assert vb.returncode == 0, vb.stdout + vb.stderr
+
+
+def test_sigterm_flushes(mount_factory, tmp_path):
+    backing = tmp_path / "backing"
+    m = mount_factory(backing=backing)
+    data = text_data(3 << 20, 8)
+    fd = os.open(m.path("open-file"), os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, data)  # no fsync, no close
+        m.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = m.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            rc = "still running 30 s after SIGTERM"
+        still_mounted = is_mounted(m.mnt)
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+        m.kill()  # cleanup whatever is left
+    assert rc == 0, f"daemon exit {rc} on SIGTERM:\n{m.log()[-3000:]}"
+    assert not still_mounted, "the daemon exited on SIGTERM but left the mount behind"
+    m2 = mount_factory(backing=backing)
+    assert open(m2.path("open-file"), "rb").read() == data
+    assert m2.unmount() == 0
