@@ -1,1 +1,41 @@
-/* placeholder: to be written */
+/* Codec "none": stored bytes, compressed size == logical size. */
+#include <errno.h>
+#include <string.h>
+
+#include "codec_impl.h"
+
+static size_t none_bound(size_t n)
+{
+    return n;
+}
+
+static ssize_t none_compress(int level, const void *src, size_t n, void *dst,
+                             size_t cap)
+{
+    (void)level;
+    if (n > cap)
+        return -ENOSPC;
+    memcpy(dst, src, n);
+    return (ssize_t)n;
+}
+
+static ssize_t none_decompress(const void *src, size_t n, void *dst,
+                               size_t expected)
+{
+    if (n != expected)
+        return -EBADMSG;
+    memcpy(dst, src, n);
+    return (ssize_t)n;
+}
+
+const sqz_codec_vt sqz_codec_none = {
+    .alg = SQZ_ALG_NONE,
+    .name = "none",
+    .kdb = 0,
+    .level_min = 0,
+    .level_max = 0,
+    .level_default = 0,
+    .bound = none_bound,
+    .compress = none_compress,
+    .decompress = none_decompress,
+};
