@@ -52,8 +52,9 @@ typedef struct sqz_params {
                                   3 auto:speed = chosen by trial (recorded) */
 } sqz_params;
 
-/* Figures of one container (as kdb+'s -21!). */
-typedef struct sqz_ctr_stat {
+/* Figures of one container (as kdb+'s -21!). Used as `struct sqz_ctr_stat`
+ * (the name sqz_ctr_stat alone is the function below). */
+struct sqz_ctr_stat {
     sqz_params params;
     uint64_t length;           /* logical (uncompressed) length */
     uint64_t backing_size;     /* st_size of the backing file */
@@ -64,7 +65,7 @@ typedef struct sqz_ctr_stat {
     uint64_t hole_blocks;      /* all-zero, no space */
     uint64_t compressed_bytes; /* sum of stored bytes of live blocks */
     uint64_t dead_bytes;       /* stored bytes no longer referenced */
-} sqz_ctr_stat;
+};
 
 /* Callback for log lines (damaged blocks, repaired tails). level: 0 error,
  * 1 warning, 2 info. May be called from any thread. */
@@ -112,7 +113,7 @@ int sqz_ctr_close(sqz_ctr *c);
 const sqz_params *sqz_ctr_params(const sqz_ctr *c);
 uint64_t sqz_ctr_length(sqz_ctr *c);
 int sqz_ctr_fd(const sqz_ctr *c); /* for fstat/fchmod/xattrs by the owner */
-int sqz_ctr_stat(sqz_ctr *c, sqz_ctr_stat *st);
+int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st);
 
 /* ---- block level (what the engine uses) ---- */
 size_t sqz_ctr_block_size(const sqz_ctr *c);

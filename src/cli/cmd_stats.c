@@ -1,0 +1,81 @@
+/* stats [--json] MOUNTPOINT: the daemon's counters (xattr
+ * user.squeezefs.stats on the mount root) with derived rates. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+static const char *const keys[] = {
+    "logical_bytes_read", "logical_bytes_written", "backing_bytes_read",
+    "backing_bytes_written", "blocks_decompressed", "bytes_decompressed",
+    "blocks_compressed", "bytes_compressed", "raw_blocks_stored",
+    "cache_hits", "cache_misses", "cache_bytes", "dirty_bytes",
+};
+#define NKEYS (sizeof keys / sizeof keys[0])
+
+static double num(const json_flat *o, const char *key)
+{
+    const json_field *f = json_flat_get(o, key);
+    return f && f->kind == JSON_NUM ? f->num : 0;
+}
+
+int cmd_stats(int argc, char **argv)
+{
+    bool json = false;
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json"))
+            json = true;
+        else if (!path && argv[i][0] != '-')
+            path = argv[i];
+        else
+            path = NULL, i = argc;
+    }
+    if (!path) {
+        fprintf(stderr, "usage: squeezefs stats [--json] MOUNTPOINT\n");
+        return CLI_USAGE;
+    }
+    char *text;
+    int r = cli_get_xattr(path, SQZ_XATTR_STATS, &text);
+    if (r < 0) {
+        if (r == -ENODATA || r == -ENOTSUP || r == -EOPNOTSUPP)
+            cli_err("%s: not a squeezefs mount (no %s)", path, SQZ_XATTR_STATS);
+        else
+            cli_err("%s: %s", path, strerror(-r));
+        return CLI_FAIL;
+    }
+    json_flat o;
+    char err[128];
+    r = json_flat_parse(text, &o, err, sizeof err);
+    if (r < 0) {
+        cli_err("%s: %s: %s", path, SQZ_XATTR_STATS, err);
+        free(text);
+        return CLI_FAIL;
+    }
+    if (json) {
+        fputs(text, stdout);
+        if (text[0] && text[strlen(text) - 1] != '\n')
+            fputc('\n', stdout);
+    } else {
+        for (size_t i = 0; i < NKEYS; i++) {
+            const json_field *f = json_flat_get(&o, keys[i]);
+            printf("%-22s %s\n", keys[i], f && f->kind == JSON_NUM ? f->str : "?");
+        }
+        double hits = num(&o, "cache_hits"), misses = num(&o, "cache_misses");
+        if (hits + misses > 0)
+            printf("%-22s %.1f%%\n", "cache_hit_rate", 100.0 * hits / (hits + misses));
+        else
+            printf("%-22s -\n", "cache_hit_rate");
+        double lw = num(&o, "logical_bytes_written"), bw = num(&o, "backing_bytes_written");
+        double bd = num(&o, "bytes_decompressed");
+        double bbr = num(&o, "backing_bytes_read");
+        if (bw > 0)
+            printf("%-22s %.3f\n", "write_ratio", lw / bw);
+        if (bbr > 0 && bd > 0)
+            printf("%-22s %.3f\n", "read_ratio", bd / bbr);
+    }
+    json_flat_free(&o);
+    free(text);
+    return CLI_OK;
+}

@@ -1,0 +1,94 @@
+/* Copying file metadata: mode, owner (as root), times, user.* xattrs. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+/* Copy user.* xattrs; failures (ENOTSUP, EPERM, ...) are ignored. */
+static void copy_xattrs(const char *from, int to_fd, const char *to_path)
+{
+    ssize_t n = llistxattr(from, NULL, 0);
+    if (n <= 0)
+        return;
+    char *names = malloc((size_t)n);
+    if (!names)
+        return;
+    n = llistxattr(from, names, (size_t)n);
+    for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(names + off) + 1) {
+        const char *name = names + off;
+        if (strncmp(name, "user.", 5))
+            continue;
+        ssize_t vl = lgetxattr(from, name, NULL, 0);
+        char *val = vl >= 0 ? malloc((size_t)vl + 1) : NULL;
+        if (!val)
+            continue;
+        vl = lgetxattr(from, name, val, (size_t)vl);
+        if (vl >= 0) {
+            if (to_fd >= 0)
+                fsetxattr(to_fd, name, val, (size_t)vl, 0);
+            else
+                lsetxattr(to_path, name, val, (size_t)vl, 0);
+        }
+        free(val);
+    }
+    free(names);
+}
+
+int cli_copy_meta(const char *from_path, const struct stat *st, int to_fd,
+                  const char *to_path)
+{
+    bool link = S_ISLNK(st->st_mode);
+    if (from_path)
+        copy_xattrs(from_path, to_fd, to_path);
+    if (geteuid() == 0) {
+        int r = to_fd >= 0 ? fchown(to_fd, st->st_uid, st->st_gid)
+                           : lchown(to_path, st->st_uid, st->st_gid);
+        if (r < 0)
+            return -errno;
+    }
+    if (!link) {
+        int r = to_fd >= 0 ? fchmod(to_fd, st->st_mode & 07777)
+                           : chmod(to_path, st->st_mode & 07777);
+        if (r < 0)
+            return -errno;
+    }
+    struct timespec ts[2] = {st->st_atim, st->st_mtim};
+    int r = to_fd >= 0 ? futimens(to_fd, ts)
+                       : utimensat(AT_FDCWD, to_path, ts, AT_SYMLINK_NOFOLLOW);
+    return r < 0 ? -errno : 0;
+}
+
+int cli_set_times(const char *path, const struct stat *st)
+{
+    struct timespec ts[2] = {st->st_atim, st->st_mtim};
+    return utimensat(AT_FDCWD, path, ts, AT_SYMLINK_NOFOLLOW) < 0 ? -errno : 0;
+}
+
+int cli_fsync_parent(const char *path)
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash) {
+        strcpy(dir, ".");
+    } else if (slash == path) {
+        strcpy(dir, "/");
+    } else {
+        size_t n = (size_t)(slash - path);
+        if (n >= sizeof dir)
+            return -ENAMETOOLONG;
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    int r = fsync(fd) < 0 ? -errno : 0;
+    close(fd);
+    return r;
+}

@@ -1,0 +1,110 @@
+/* Walking a directory tree in name order without following symlinks. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "cli.h"
+
+char *path_join(const char *a, const char *b)
+{
+    if (!a[0])
+        return strdup(b);
+    if (!b[0])
+        return strdup(a);
+    size_t la = strlen(a), lb = strlen(b);
+    bool slash = a[la - 1] == '/';
+    char *p = malloc(la + lb + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, a, la);
+    if (!slash)
+        p[la++] = '/';
+    memcpy(p + la, b, lb + 1);
+    return p;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* The names in dir (without . and ..), sorted; *out malloc'd. */
+static int list_dir(const char *dir, char ***out, size_t *count)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int r = 0;
+    struct dirent *e;
+    errno = 0;
+    while ((e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 32;
+            char **nn = realloc(names, nc * sizeof *nn);
+            if (!nn) {
+                r = -ENOMEM;
+                break;
+            }
+            names = nn;
+            cap = nc;
+        }
+        if (!(names[n] = strdup(e->d_name))) {
+            r = -ENOMEM;
+            break;
+        }
+        n++;
+    }
+    if (r == 0 && errno)
+        r = -errno;
+    closedir(d);
+    if (r < 0) {
+        for (size_t i = 0; i < n; i++)
+            free(names[i]);
+        free(names);
+        return r;
+    }
+    if (n)
+        qsort(names, n, sizeof *names, cmp_names);
+    *out = names;
+    *count = n;
+    return 0;
+}
+
+static int walk(const char *path, const char *rel, tree_fn pre, tree_fn post,
+                void *user)
+{
+    struct stat st;
+    if (lstat(path, &st) < 0)
+        return -errno;
+    int r = pre(user, path, rel, &st);
+    if (r || !S_ISDIR(st.st_mode))
+        return r;
+    char **names = NULL;
+    size_t n = 0;
+    if ((r = list_dir(path, &names, &n)) < 0)
+        return r;
+    for (size_t i = 0; i < n && r == 0; i++) {
+        char *cp = path_join(path, names[i]);
+        char *cr = path_join(rel, names[i]);
+        r = (cp && cr) ? walk(cp, cr, pre, post, user) : -ENOMEM;
+        free(cp);
+        free(cr);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    if (r == 0 && post)
+        r = post(user, path, rel, &st);
+    return r;
+}
+
+int tree_walk(const char *root, tree_fn pre, tree_fn post, void *user)
+{
+    return walk(root, "", pre, post, user);
+}
