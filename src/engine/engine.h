@@ -11,6 +11,11 @@
  *  - the container's own rwlock serialises commits against block reads.
  *  - stats are atomics.
  * Lock order: sqz_file.lock -> container lock -> cache_lock.
+ * Internal locks (engine_int.h, pool.h, cache.h): the engine's files_lock
+ * (open-file set, flusher flags) is never held while another lock is
+ * acquired; the per-file read-ahead mutex nests inside sqz_file.lock; the
+ * pool mutex and cache_lock are leaves. Commits (prepare on the pool +
+ * sqz_ctr_commit) run with sqz_file.lock held exclusive.
  */
 #ifndef SQUEEZEFS_ENGINE_H
 #define SQUEEZEFS_ENGINE_H
@@ -21,17 +26,23 @@
 
 #include "squeezefs/container.h"
 
+/* cache_bytes value meaning "no cache" (0 selects the default). */
+#define SQZ_ENGINE_CACHE_OFF ((size_t)-1)
+
 typedef struct sqz_engine_opts {
     int threads;             /* compression workers; 0 = number of cores */
-    size_t cache_bytes;      /* decompressed block cache; default 256 MiB */
+    size_t cache_bytes;      /* decompressed block cache; 0 = default
+                                256 MiB; SQZ_ENGINE_CACHE_OFF = none */
     size_t dirty_bytes_file; /* per file: dirty data above this is committed
                                 (default 8 MiB) */
-    size_t dirty_bytes_max;  /* all files: writers wait above this
+    size_t dirty_bytes_max;  /* all files: above this a writer commits
+                                its own dirty data before returning and
+                                the flusher drains the others
                                 (default 256 MiB) */
     int dirty_expire_ms;     /* dirty data older than this is committed by a
                                 background thread (default 2000) */
     int readahead_blocks;    /* blocks decompressed ahead of a sequential
-                                reader (default 4; 0 = off) */
+                                reader (0 = default 4; negative = off) */
 } sqz_engine_opts;
 
 /* Counters since start (squeezefs stats). */
@@ -55,8 +66,10 @@ void sqz_engine_stats(sqz_engine *e, sqz_stats *out);
 /* Commit all dirty data of all open files (not fsync). */
 int sqz_engine_flush_all(sqz_engine *e);
 
-/* Wrap an open container (takes ownership). One sqz_file per backing
- * inode; the caller (FUSE layer) shares it between handles. */
+/* Wrap an open container (takes ownership: on failure it is closed).
+ * One sqz_file per backing inode; the caller (FUSE layer) shares it
+ * between handles. All sqz_file_* calls may run concurrently on one file
+ * except sqz_file_close, which must be the last call. */
 int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out);
 /* Commit dirty data, close the container, free. Returns first error. */
 int sqz_file_close(sqz_file *f);
@@ -67,13 +80,17 @@ ssize_t sqz_file_write(sqz_file *f, const void *buf, size_t n, uint64_t off);
  * *off_out receives the offset written at. */
 ssize_t sqz_file_append(sqz_file *f, const void *buf, size_t n,
                         uint64_t *off_out);
+/* Shrinking commits at once (new length + zeroed tail block); growing only
+ * sets the length, committed with the next commit. */
 int sqz_file_truncate(sqz_file *f, uint64_t length);
 /* Hand dirty data to the backing file (commit, no fsync). */
 int sqz_file_flush(sqz_file *f);
 /* flush + make durable. */
 int sqz_file_fsync(sqz_file *f, int datasync);
 uint64_t sqz_file_length(sqz_file *f);
-int sqz_file_stat(sqz_file *f, sqz_ctr_stat *st);
+/* sqz_ctr_stat of the container, with length and blocks reporting the
+ * logical length including uncommitted data. */
+int sqz_file_stat(sqz_file *f, struct sqz_ctr_stat *st);
 sqz_ctr *sqz_file_ctr(sqz_file *f);
 /* 1 if the file has uncommitted dirty data. */
 int sqz_file_dirty(sqz_file *f);

@@ -1,0 +1,90 @@
+/* Engine internals shared by engine.c (engine object, open-file set,
+ * background flusher) and file.c (per-file I/O). Not for other layers.
+ *
+ * Locks (complements the list in engine.h):
+ *  - sqz_engine.files_lock (mutex): the open-file set (links, refs)
+ *    and the flusher's stop/pressure flags. Never held while any other
+ *    lock is acquired (a writer may take it inside its file lock to raise
+ *    the pressure flag); a user of a file taken from the set holds a
+ *    reference (link.refs) instead, and sqz_file_close waits until those
+ *    references are gone.
+ *  - sqz_file.ra_mu (mutex): the file's read-ahead state; taken after
+ *    sqz_file.lock (shared), before the pool mutex.
+ *  - the pool mutex (pool.h) and the cache mutex (cache.h) are leaves.
+ * Full order: file.lock -> ra_mu -> container lock -> cache_lock / pool.mu,
+ * and file.lock -> files_lock. Read-ahead jobs on the pool only try-lock
+ * file.lock (a committer holding it may be waiting for the pool).
+ */
+#ifndef SQUEEZEFS_ENGINE_INT_H
+#define SQUEEZEFS_ENGINE_INT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "engine/cache.h"
+#include "engine/engine.h"
+#include "engine/pool.h"
+
+typedef _Atomic uint64_t sqz_counter;
+
+/* Live counters; same fields as sqz_stats minus the two gauges derived
+ * from the cache and dirty_total. */
+typedef struct sqz_stats_live {
+    sqz_counter logical_bytes_read, logical_bytes_written;
+    sqz_counter backing_bytes_read, backing_bytes_written;
+    sqz_counter blocks_decompressed, bytes_decompressed;
+    sqz_counter blocks_compressed, bytes_compressed;
+    sqz_counter raw_blocks_stored;
+    sqz_counter cache_hits, cache_misses;
+} sqz_stats_live;
+
+/* Membership of a file in its engine's open set (files_lock). */
+typedef struct sqz_file_link {
+    struct sqz_file_link *prev, *next;
+    sqz_file *file;
+    unsigned refs;   /* flusher / flush_all users of this file */
+} sqz_file_link;
+
+struct sqz_engine {
+    /* immutable after sqz_engine_new: */
+    int threads;
+    size_t cache_bytes;
+    size_t dirty_bytes_file;
+    size_t dirty_bytes_max;
+    int dirty_expire_ms;
+    int readahead_blocks;    /* 0 = off */
+    sqz_pool *pool;
+    sqz_cache *cache;
+
+    sqz_stats_live st;       /* atomics */
+    sqz_counter dirty_total; /* dirty bytes of all files (atomic) */
+    sqz_counter next_fid;    /* atomic */
+
+    pthread_mutex_t files_lock; /* see above */
+    pthread_cond_t files_cv;    /* a link's refs dropped */
+    pthread_cond_t flusher_cv;  /* wake the flusher (stop / pressure) */
+    sqz_file_link *files;
+    int stop, pressure;
+    int flusher_started;
+    pthread_t flusher;
+};
+
+/* Monotonic clock in ms (never 0). */
+uint64_t sqz_engine_now_ms(void);
+
+/* engine.c: open-file set. */
+void sqz_engine_attach(sqz_engine *e, sqz_file_link *l);
+/* Remove from the set and wait until no flusher/flush_all uses it. */
+void sqz_engine_detach(sqz_engine *e, sqz_file_link *l);
+/* Ask the flusher to commit other files now (total dirty above max). */
+void sqz_engine_pressure(sqz_engine *e);
+
+/* file.c, for the flusher: */
+/* Monotonic ms when the file became dirty, 0 if clean (lock-free). */
+uint64_t sqz_file_dirty_since(sqz_file *f);
+/* Commit if the file became dirty at or before cutoff_ms (UINT64_MAX =
+ * whenever dirty). 0 or negative errno (the data then stays dirty). */
+int sqz_file_writeback(sqz_file *f, uint64_t cutoff_ms);
+
+#endif

@@ -1,0 +1,752 @@
+/* sqz_file: one open container seen through the engine — per-file dirty
+ * blocks, read (cache, parallel decompression, read-ahead), write
+ * (read-modify-write of partial blocks), append, truncate, and commits
+ * that prepare all dirty blocks in parallel on the pool.
+ *
+ * Invariants (under f->lock):
+ *  - committed_len <= length; blocks not dirty read as their committed
+ *    content, which is zero at and past committed_len (so blocks lying
+ *    wholly in [committed_len, length) are holes and need no buffer);
+ *  - every dirty buffer and every cached block is zero past `length`, so
+ *    growing the file exposes zeros (shrinking commits at once, passing
+ *    the new last block with its tail zeroed);
+ *  - the dirty array is sorted by block index, without duplicates.
+ */
+#include "engine/engine_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Read-ahead job argument. */
+typedef struct ra_arg {
+    sqz_file *f;
+    uint64_t idx;
+} ra_arg;
+
+struct sqz_file {
+    sqz_engine *e;
+    sqz_ctr *c;
+    uint64_t fid;            /* cache key; unique per engine */
+    size_t bs;
+    unsigned log2bs;
+
+    pthread_rwlock_t lock;   /* protects the fields below up to ra_mu */
+    uint64_t length;         /* logical length including dirty data */
+    uint64_t committed_len;  /* length of the last commit */
+    sqz_cblock **dirty;      /* sorted by idx */
+    size_t ndirty, capdirty;
+    size_t dirty_bytes;
+    sqz_counter dirty_since; /* written under lock (exclusive); read
+                                lock-free by the flusher; 0 = clean */
+
+    pthread_mutex_t ra_mu;   /* protects the read-ahead state below */
+    uint64_t ra_next_off;    /* where a sequential read would start */
+    uint64_t ra_hi;          /* blocks below this were already requested */
+    size_t ra_cap;           /* readahead_blocks */
+    ra_arg *ra_args;
+    sqz_job *ra_jobs;
+    sqz_batch ra_batch;      /* in flight until sqz_pool_done */
+
+    sqz_file_link link;      /* engine's open set (files_lock) */
+};
+
+/* ---- helpers ---- */
+
+static uint64_t nblocks_of(const sqz_file *f, uint64_t len)
+{
+    return (len + f->bs - 1) >> f->log2bs;
+}
+
+static void count_decompress(sqz_engine *e, ssize_t got, size_t stored)
+{
+    if (got >= 0 && stored > 0) {
+        atomic_fetch_add(&e->st.blocks_decompressed, 1);
+        atomic_fetch_add(&e->st.bytes_decompressed, (uint64_t)got);
+        atomic_fetch_add(&e->st.backing_bytes_read, stored);
+    }
+}
+
+/* Index in the dirty array of idx, or of where it would be inserted. */
+static size_t dirty_pos(const sqz_file *f, uint64_t idx)
+{
+    size_t lo = 0, hi = f->ndirty;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (f->dirty[mid]->idx < idx)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+static sqz_cblock *dirty_find(const sqz_file *f, uint64_t idx)
+{
+    size_t i = dirty_pos(f, idx);
+    return i < f->ndirty && f->dirty[i]->idx == idx ? f->dirty[i] : NULL;
+}
+
+static int dirty_insert(sqz_file *f, sqz_cblock *b)
+{
+    if (f->ndirty == f->capdirty) {
+        size_t cap = f->capdirty ? f->capdirty * 2 : 16;
+        sqz_cblock **nd = realloc(f->dirty, cap * sizeof *nd);
+        if (!nd)
+            return -ENOMEM;
+        f->dirty = nd;
+        f->capdirty = cap;
+    }
+    size_t i = dirty_pos(f, b->idx);
+    memmove(f->dirty + i + 1, f->dirty + i, (f->ndirty - i) * sizeof *f->dirty);
+    f->dirty[i] = b;
+    f->ndirty++;
+    f->dirty_bytes += f->bs;
+    atomic_fetch_add(&f->e->dirty_total, f->bs);
+    if (atomic_load(&f->dirty_since) == 0)
+        atomic_store(&f->dirty_since, sqz_engine_now_ms());
+    return 0;
+}
+
+static void mark_length_dirty(sqz_file *f)
+{
+    if (atomic_load(&f->dirty_since) == 0)
+        atomic_store(&f->dirty_since, sqz_engine_now_ms());
+}
+
+/* Fill out[bs] with the current content of block idx, which is not dirty
+ * (cache, else decompress). Does not insert into the cache. 0 or -EIO. */
+static int load_clean_block(sqz_file *f, uint64_t idx, unsigned char *out)
+{
+    sqz_engine *e = f->e;
+    if ((idx << f->log2bs) >= f->committed_len) {
+        memset(out, 0, f->bs);
+        return 0;
+    }
+    sqz_cblock *cb = sqz_cache_get(e->cache, f->fid, idx);
+    if (cb) {
+        atomic_fetch_add(&e->st.cache_hits, 1);
+        memcpy(out, cb->data, f->bs);
+        sqz_cblock_put(cb);
+        return 0;
+    }
+    atomic_fetch_add(&e->st.cache_misses, 1);
+    size_t stored = 0;
+    ssize_t got = sqz_ctr_read_block(f->c, idx, out, &stored);
+    if (got < 0)
+        return (int)got;
+    count_decompress(e, got, stored);
+    return 0;
+}
+
+/* ---- commit ---- */
+
+typedef struct prep_arg {
+    const sqz_ctr *c;
+    const sqz_cblock *b;
+    sqz_prepared *out;
+    int rc;
+} prep_arg;
+
+static void prep_job(void *arg)
+{
+    prep_arg *a = arg;
+    a->rc = sqz_ctr_prepare(a->c, a->b->idx, a->b->data, a->out);
+}
+
+/* Commit the dirty blocks below ceil(new_len/bs) (with `extra`, if given,
+ * replacing the dirty block of its index) and the length new_len in one
+ * transaction, preparing the blocks in parallel on the pool. On success
+ * the committed blocks move into the cache, every dirty buffer is
+ * released, cached blocks past the new end are dropped, and length =
+ * committed_len = new_len. On failure nothing changes. f->lock exclusive. */
+static int commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
+{
+    sqz_engine *e = f->e;
+    uint64_t nb = nblocks_of(f, new_len);
+    if (f->ndirty == 0 && !extra && new_len == f->committed_len) {
+        f->length = new_len;
+        atomic_store(&f->dirty_since, 0);
+        return 0;
+    }
+
+    size_t n = 0;
+    for (size_t i = 0; i < f->ndirty; i++)
+        if (f->dirty[i]->idx < nb && !(extra && f->dirty[i]->idx == extra->idx))
+            n++;
+    if (extra)
+        n++;
+
+    sqz_prepared *prep = NULL;
+    prep_arg *args = NULL;
+    sqz_job *jobs = NULL;
+    if (n > 0) {
+        prep = calloc(n, sizeof *prep);
+        args = calloc(n, sizeof *args);
+        jobs = calloc(n, sizeof *jobs);
+        if (!prep || !args || !jobs) {
+            free(prep);
+            free(args);
+            free(jobs);
+            return -ENOMEM;
+        }
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < f->ndirty; i++) {
+        sqz_cblock *b = f->dirty[i];
+        if (b->idx < nb && !(extra && b->idx == extra->idx))
+            args[k++].b = b;
+    }
+    if (extra)
+        args[k++].b = extra;
+    for (size_t i = 0; i < n; i++) {
+        args[i].c = f->c;
+        args[i].out = &prep[i];
+        jobs[i].fn = prep_job;
+        jobs[i].arg = &args[i];
+    }
+
+    int rc = 0;
+    if (n == 1) {
+        prep_job(&args[0]);
+    } else if (n > 1) {
+        sqz_batch batch;
+        sqz_batch_init(&batch, jobs, n);
+        sqz_pool_run(e->pool, &batch);
+    }
+    for (size_t i = 0; i < n && rc == 0; i++)
+        rc = args[i].rc;
+
+    uint64_t ncomp = 0, nraw = 0, stored = 0;
+    if (rc == 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (prep[i].kind != 0)
+                ncomp++;
+            if (prep[i].kind == 2)
+                nraw++;
+            stored += prep[i].stored_len;
+        }
+        rc = sqz_ctr_commit(f->c, prep, n, new_len);
+    }
+    for (size_t i = 0; i < n; i++)
+        if (args[i].rc == 0)
+            sqz_prepared_free(&prep[i]);
+    free(prep);
+    free(args);
+    free(jobs);
+    if (rc < 0)
+        return rc;
+
+    atomic_fetch_add(&e->st.blocks_compressed, ncomp);
+    atomic_fetch_add(&e->st.bytes_compressed, ncomp * f->bs);
+    atomic_fetch_add(&e->st.raw_blocks_stored, nraw);
+    atomic_fetch_add(&e->st.backing_bytes_written, stored);
+
+    /* Drop cached blocks past the new end first, then publish the
+     * committed buffers (they are immutable from now on). */
+    if (new_len < f->length || new_len < f->committed_len)
+        sqz_cache_drop_file(e->cache, f->fid, nb);
+    for (size_t i = 0; i < f->ndirty; i++) {
+        sqz_cblock *b = f->dirty[i];
+        if (b->idx < nb && !(extra && b->idx == extra->idx))
+            sqz_cache_insert(e->cache, b);
+        sqz_cblock_put(b);
+    }
+    if (extra)
+        sqz_cache_insert(e->cache, extra);
+    atomic_fetch_sub(&e->dirty_total, f->dirty_bytes);
+    f->ndirty = 0;
+    f->dirty_bytes = 0;
+    f->length = f->committed_len = new_len;
+    atomic_store(&f->dirty_since, 0);
+    return 0;
+}
+
+/* ---- open / close ---- */
+
+int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out)
+{
+    sqz_file *f = calloc(1, sizeof *f);
+    if (!f) {
+        sqz_ctr_close(c);
+        return -ENOMEM;
+    }
+    f->e = e;
+    f->c = c;
+    f->fid = atomic_fetch_add(&e->next_fid, 1);
+    f->bs = sqz_ctr_block_size(c);
+    while (((size_t)1 << f->log2bs) < f->bs)
+        f->log2bs++;
+    f->length = f->committed_len = sqz_ctr_length(c);
+    atomic_init(&f->dirty_since, 0);
+    f->ra_next_off = UINT64_MAX;
+    f->ra_cap = (size_t)e->readahead_blocks;
+    sqz_batch_init(&f->ra_batch, NULL, 0);
+    int rc = 0;
+    if (f->bs == 0 || ((size_t)1 << f->log2bs) != f->bs) {
+        rc = -EINVAL;
+        goto fail;
+    }
+    if (f->ra_cap > 0) {
+        f->ra_args = calloc(f->ra_cap, sizeof *f->ra_args);
+        f->ra_jobs = calloc(f->ra_cap, sizeof *f->ra_jobs);
+        if (!f->ra_args || !f->ra_jobs) {
+            rc = -ENOMEM;
+            goto fail;
+        }
+    }
+    if ((rc = -pthread_rwlock_init(&f->lock, NULL)) < 0)
+        goto fail;
+    if ((rc = -pthread_mutex_init(&f->ra_mu, NULL)) < 0) {
+        pthread_rwlock_destroy(&f->lock);
+        goto fail;
+    }
+    f->link.file = f;
+    sqz_engine_attach(e, &f->link);
+    *out = f;
+    return 0;
+fail:
+    free(f->ra_args);
+    free(f->ra_jobs);
+    free(f);
+    sqz_ctr_close(c);
+    return rc;
+}
+
+int sqz_file_close(sqz_file *f)
+{
+    if (!f)
+        return 0;
+    sqz_engine *e = f->e;
+    sqz_engine_detach(e, &f->link);
+    sqz_pool_wait(e->pool, &f->ra_batch);
+
+    pthread_rwlock_wrlock(&f->lock);
+    int rc = commit_locked(f, f->length, NULL);
+    for (size_t i = 0; i < f->ndirty; i++) /* only left after an error */
+        sqz_cblock_put(f->dirty[i]);
+    atomic_fetch_sub(&e->dirty_total, f->dirty_bytes);
+    pthread_rwlock_unlock(&f->lock);
+
+    sqz_cache_drop_file(e->cache, f->fid, 0);
+    int rc2 = sqz_ctr_close(f->c);
+    pthread_mutex_destroy(&f->ra_mu);
+    pthread_rwlock_destroy(&f->lock);
+    free(f->dirty);
+    free(f->ra_args);
+    free(f->ra_jobs);
+    free(f);
+    return rc < 0 ? rc : rc2;
+}
+
+/* ---- read ---- */
+
+/* Read-ahead job: decompress one block into the cache. Best effort: it
+ * never blocks on the file lock (a writer holding it may be waiting for
+ * the pool), and skips blocks that are dirty, cached or past the end. */
+static void ra_job(void *arg)
+{
+    ra_arg *a = arg;
+    sqz_file *f = a->f;
+    sqz_engine *e = f->e;
+    if (pthread_rwlock_tryrdlock(&f->lock) != 0)
+        return;
+    if (a->idx < nblocks_of(f, f->length) && !dirty_find(f, a->idx) &&
+        (a->idx << f->log2bs) < f->committed_len &&
+        !sqz_cache_contains(e->cache, f->fid, a->idx)) {
+        sqz_cblock *b = sqz_cblock_new(f->bs, 0);
+        if (b) {
+            size_t stored = 0;
+            ssize_t got = sqz_ctr_read_block(f->c, a->idx, b->data, &stored);
+            if (got >= 0) {
+                count_decompress(e, got, stored);
+                b->fid = f->fid;
+                b->idx = a->idx;
+                sqz_cache_insert(e->cache, b);
+            }
+            sqz_cblock_put(b);
+        }
+    }
+    pthread_rwlock_unlock(&f->lock);
+}
+
+/* Sequential detection after a read of [off, off+got); f->lock held
+ * (shared or exclusive). */
+static void readahead_after(sqz_file *f, uint64_t off, size_t got)
+{
+    if (f->ra_cap == 0)
+        return;
+    pthread_mutex_lock(&f->ra_mu);
+    int seq = off == f->ra_next_off;
+    f->ra_next_off = off + got;
+    if (!seq) {
+        f->ra_hi = 0;
+    } else if (got > 0 && sqz_pool_done(f->e->pool, &f->ra_batch)) {
+        /* Keep between cap/2 and 1.5 cap blocks requested ahead of the
+         * reader, issuing a window of cap blocks at a time. */
+        uint64_t next = ((off + got - 1) >> f->log2bs) + 1;
+        if (f->ra_hi < next)
+            f->ra_hi = next;
+        uint64_t from = f->ra_hi;
+        uint64_t to = from - next < (f->ra_cap + 1) / 2 ? from + f->ra_cap
+                                                         : from;
+        uint64_t nb = nblocks_of(f, f->committed_len);
+        if (to > nb)
+            to = nb;
+        size_t n = 0;
+        for (uint64_t i = from; i < to; i++) {
+            if (dirty_find(f, i) || sqz_cache_contains(f->e->cache, f->fid, i))
+                continue;
+            f->ra_args[n].f = f;
+            f->ra_args[n].idx = i;
+            f->ra_jobs[n].fn = ra_job;
+            f->ra_jobs[n].arg = &f->ra_args[n];
+            n++;
+        }
+        if (to > f->ra_hi)
+            f->ra_hi = to;
+        if (n > 0) {
+            sqz_batch_init(&f->ra_batch, f->ra_jobs, n);
+            sqz_pool_submit(f->e->pool, &f->ra_batch);
+        }
+    }
+    pthread_mutex_unlock(&f->ra_mu);
+}
+
+/* One missing block of a read window. */
+typedef struct miss {
+    sqz_file *f;
+    uint64_t idx;
+    sqz_cblock *b;
+    ssize_t rc;
+    size_t stored;
+} miss;
+
+static void miss_job(void *arg)
+{
+    miss *m = arg;
+    m->rc = sqz_ctr_read_block(m->f->c, m->idx, m->b->data, &m->stored);
+}
+
+#define READ_WINDOW 16 /* blocks resolved (and decompressed) together */
+
+ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
+{
+    sqz_engine *e = f->e;
+    unsigned char *out = buf;
+    pthread_rwlock_rdlock(&f->lock);
+    uint64_t len = f->length;
+    if (off >= len || n == 0) {
+        readahead_after(f, off, 0);
+        pthread_rwlock_unlock(&f->lock);
+        return 0;
+    }
+    if (n > len - off)
+        n = (size_t)(len - off);
+
+    size_t done = 0;
+    int err = 0;
+    while (done < n && !err) {
+        /* Resolve a window of blocks: dirty / cached / to decompress. */
+        sqz_cblock *blk[READ_WINDOW];
+        int owned[READ_WINDOW]; /* 1: our reference to put */
+        miss ms[READ_WINDOW];
+        sqz_job jobs[READ_WINDOW];
+        size_t nmiss = 0, nw = 0;
+        uint64_t first = (off + done) >> f->log2bs;
+        uint64_t last = (off + n - 1) >> f->log2bs;
+        for (uint64_t idx = first; idx <= last && nw < READ_WINDOW; idx++) {
+            sqz_cblock *b = dirty_find(f, idx);
+            owned[nw] = 0;
+            if (!b && (idx << f->log2bs) < f->committed_len) {
+                b = sqz_cache_get(e->cache, f->fid, idx);
+                if (b) {
+                    atomic_fetch_add(&e->st.cache_hits, 1);
+                } else {
+                    atomic_fetch_add(&e->st.cache_misses, 1);
+                    b = sqz_cblock_new(f->bs, 0);
+                    if (!b) {
+                        err = -ENOMEM;
+                        break;
+                    }
+                    b->fid = f->fid;
+                    b->idx = idx;
+                    ms[nmiss] = (miss){.f = f, .idx = idx, .b = b};
+                    jobs[nmiss] = (sqz_job){.fn = miss_job, .arg = &ms[nmiss]};
+                    nmiss++;
+                }
+                owned[nw] = 1;
+            }
+            blk[nw++] = b; /* NULL: a hole past the committed end */
+        }
+        if (nmiss == 1) {
+            miss_job(&ms[0]);
+        } else if (nmiss > 1) {
+            sqz_batch batch;
+            sqz_batch_init(&batch, jobs, nmiss);
+            sqz_pool_run(e->pool, &batch);
+        }
+        for (size_t i = 0; i < nmiss; i++) {
+            if (ms[i].rc >= 0) {
+                count_decompress(e, ms[i].rc, ms[i].stored);
+                sqz_cache_insert(e->cache, ms[i].b);
+            }
+        }
+        /* Copy out in order, stopping at the first damaged block. */
+        size_t mi = 0;
+        for (size_t w = 0; w < nw; w++) {
+            uint64_t idx = first + w;
+            if (mi < nmiss && ms[mi].idx == idx) {
+                if (ms[mi].rc < 0 && !err)
+                    err = (int)ms[mi].rc;
+                mi++;
+            }
+            if (!err) {
+                uint64_t pos = off + done;
+                size_t boff = (size_t)(pos & (f->bs - 1));
+                size_t chunk = f->bs - boff;
+                if (chunk > n - done)
+                    chunk = n - done;
+                if (blk[w])
+                    memcpy(out + done, blk[w]->data + boff, chunk);
+                else
+                    memset(out + done, 0, chunk);
+                done += chunk;
+            }
+            if (owned[w])
+                sqz_cblock_put(blk[w]);
+        }
+    }
+    if (done > 0 || !err)
+        readahead_after(f, off, done);
+    pthread_rwlock_unlock(&f->lock);
+    if (done == 0 && err)
+        return err;
+    atomic_fetch_add(&e->st.logical_bytes_read, done);
+    return (ssize_t)done;
+}
+
+/* ---- write ---- */
+
+/* Would making one more block dirty exceed a bound? Then the caller
+ * commits its own dirty data first. */
+static int over_dirty_bound(const sqz_file *f)
+{
+    if (f->dirty_bytes == 0)
+        return 0;
+    if (f->dirty_bytes + f->bs > f->e->dirty_bytes_file)
+        return 1;
+    return atomic_load(&f->e->dirty_total) + f->bs > f->e->dirty_bytes_max;
+}
+
+/* Write with f->lock exclusive. Returns bytes written (short if a commit
+ * or a load failed after some progress) or a negative errno. */
+static ssize_t write_locked(sqz_file *f, const void *buf, size_t n,
+                           uint64_t off)
+{
+    sqz_engine *e = f->e;
+    const unsigned char *in = buf;
+    if (n == 0)
+        return 0;
+    if (off > SQZ_MAX_LENGTH || n > SQZ_MAX_LENGTH - off)
+        return -EFBIG;
+    size_t done = 0;
+    int err = 0;
+    while (done < n) {
+        uint64_t pos = off + done;
+        uint64_t idx = pos >> f->log2bs;
+        size_t boff = (size_t)(pos & (f->bs - 1));
+        size_t chunk = f->bs - boff;
+        if (chunk > n - done)
+            chunk = n - done;
+        sqz_cblock *b = dirty_find(f, idx);
+        if (!b) {
+            if (over_dirty_bound(f)) {
+                err = commit_locked(f, f->length, NULL);
+                if (err < 0)
+                    break;
+            }
+            int full = boff == 0 && chunk == f->bs;
+            b = sqz_cblock_new(f->bs, 0);
+            if (!b) {
+                err = -ENOMEM;
+                break;
+            }
+            b->fid = f->fid;
+            b->idx = idx;
+            if (!full && (err = load_clean_block(f, idx, b->data)) < 0) {
+                sqz_cblock_put(b);
+                break;
+            }
+            if ((err = dirty_insert(f, b)) < 0) {
+                sqz_cblock_put(b);
+                break;
+            }
+        }
+        memcpy(b->data + boff, in + done, chunk);
+        done += chunk;
+        if (pos + chunk > f->length)
+            f->length = pos + chunk;
+    }
+    if (done == 0)
+        return err;
+    atomic_fetch_add(&e->st.logical_bytes_written, done);
+    return (ssize_t)done;
+}
+
+/* After a write: if all files together are above the dirty bound, commit
+ * our own data now (bounded growth) and ask the flusher to drain the
+ * others. f->lock exclusive. */
+static int enforce_global_bound(sqz_file *f)
+{
+    sqz_engine *e = f->e;
+    if (atomic_load(&e->dirty_total) <= e->dirty_bytes_max)
+        return 0;
+    int rc = commit_locked(f, f->length, NULL);
+    if (atomic_load(&e->dirty_total) > e->dirty_bytes_max)
+        sqz_engine_pressure(e);
+    return rc;
+}
+
+ssize_t sqz_file_write(sqz_file *f, const void *buf, size_t n, uint64_t off)
+{
+    pthread_rwlock_wrlock(&f->lock);
+    ssize_t r = write_locked(f, buf, n, off);
+    int rc = enforce_global_bound(f);
+    pthread_rwlock_unlock(&f->lock);
+    return r == 0 && rc < 0 ? rc : r;
+}
+
+ssize_t sqz_file_append(sqz_file *f, const void *buf, size_t n,
+                        uint64_t *off_out)
+{
+    pthread_rwlock_wrlock(&f->lock);
+    uint64_t off = f->length;
+    ssize_t r = write_locked(f, buf, n, off);
+    int rc = enforce_global_bound(f);
+    pthread_rwlock_unlock(&f->lock);
+    if (off_out)
+        *off_out = off;
+    return r == 0 && rc < 0 ? rc : r;
+}
+
+/* ---- truncate / flush / fsync ---- */
+
+int sqz_file_truncate(sqz_file *f, uint64_t length)
+{
+    if (length > SQZ_MAX_LENGTH)
+        return -EFBIG;
+    pthread_rwlock_wrlock(&f->lock);
+    int rc = 0;
+    if (length >= f->length) {
+        /* Grow: dirty buffers and committed blocks are zero past the old
+         * length already; the new length goes with the next commit. */
+        if (length > f->length) {
+            f->length = length;
+            mark_length_dirty(f);
+        }
+        pthread_rwlock_unlock(&f->lock);
+        return 0;
+    }
+    /* Shrink: commit now, passing the new last block with a zero tail. */
+    size_t tail = (size_t)(length & (f->bs - 1));
+    sqz_cblock *extra = NULL;
+    if (tail) {
+        uint64_t t = length >> f->log2bs;
+        extra = sqz_cblock_new(f->bs, 0);
+        if (!extra) {
+            rc = -ENOMEM;
+            goto out;
+        }
+        extra->fid = f->fid;
+        extra->idx = t;
+        sqz_cblock *d = dirty_find(f, t);
+        if (d)
+            memcpy(extra->data, d->data, f->bs);
+        else if ((rc = load_clean_block(f, t, extra->data)) < 0)
+            goto out;
+        memset(extra->data + tail, 0, f->bs - tail);
+    }
+    rc = commit_locked(f, length, extra);
+out:
+    sqz_cblock_put(extra);
+    pthread_rwlock_unlock(&f->lock);
+    return rc;
+}
+
+int sqz_file_flush(sqz_file *f)
+{
+    pthread_rwlock_wrlock(&f->lock);
+    int rc = commit_locked(f, f->length, NULL);
+    pthread_rwlock_unlock(&f->lock);
+    return rc;
+}
+
+int sqz_file_fsync(sqz_file *f, int datasync)
+{
+    int rc = sqz_file_flush(f);
+    if (rc < 0)
+        return rc;
+    /* Outside the file lock: readers and writers proceed during the sync;
+     * everything committed before it is made durable. */
+    return sqz_ctr_sync(f->c, datasync);
+}
+
+int sqz_file_writeback(sqz_file *f, uint64_t cutoff_ms)
+{
+    pthread_rwlock_wrlock(&f->lock);
+    int rc = 0;
+    uint64_t since = atomic_load(&f->dirty_since);
+    if (since != 0 && since <= cutoff_ms)
+        rc = commit_locked(f, f->length, NULL);
+    pthread_rwlock_unlock(&f->lock);
+    return rc;
+}
+
+uint64_t sqz_file_dirty_since(sqz_file *f)
+{
+    return atomic_load(&f->dirty_since);
+}
+
+/* ---- queries ---- */
+
+uint64_t sqz_file_length(sqz_file *f)
+{
+    pthread_rwlock_rdlock(&f->lock);
+    uint64_t len = f->length;
+    pthread_rwlock_unlock(&f->lock);
+    return len;
+}
+
+int sqz_file_stat(sqz_file *f, struct sqz_ctr_stat *st)
+{
+    pthread_rwlock_rdlock(&f->lock);
+    int rc = sqz_ctr_stat(f->c, st);
+    if (rc == 0) {
+        st->length = f->length;
+        st->blocks = nblocks_of(f, f->length);
+    }
+    pthread_rwlock_unlock(&f->lock);
+    return rc;
+}
+
+sqz_ctr *sqz_file_ctr(sqz_file *f)
+{
+    return f->c;
+}
+
+int sqz_file_dirty(sqz_file *f)
+{
+    pthread_rwlock_rdlock(&f->lock);
+    int d = f->ndirty > 0 || f->length != f->committed_len;
+    pthread_rwlock_unlock(&f->lock);
+    return d;
+}
+
+void sqz_file_drop_cache(sqz_file *f)
+{
+    /* Exclusive, so no reader re-inserts a block read before the drop. */
+    pthread_rwlock_wrlock(&f->lock);
+    sqz_cache_drop_file(f->e->cache, f->fid, 0);
+    pthread_rwlock_unlock(&f->lock);
+}
