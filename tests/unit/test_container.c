@@ -1,2 +1,976 @@
+/* Unit tests of the container library (src/format/): round trips over all
+ * algorithms, levels and block sizes; random operation sequences against a
+ * model; crash injection through the I/O seam; corruption and hostile
+ * input; concurrent readers and a writer. With SQZ_WRITE_CORPUS=DIR it also
+ * writes the fuzz seed corpus (valid and damaged containers) into DIR. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 #include "testutil.h"
-int main(void) { return 77; /* skipped: not written yet */ }
+#include "format/format_int.h"
+
+#include "container_simdisk.c"
+
+/* log lines are counted, printed only when SQZ_TEST_VERBOSE is set */
+typedef struct logsink {
+    int lines;
+    int verbose;
+} logsink;
+
+static void test_log(void *user, int level, const char *msg)
+{
+    logsink *s = user;
+    __atomic_add_fetch(&s->lines, 1, __ATOMIC_RELAXED);
+    if (s->verbose)
+        fprintf(stderr, "[log %d] %s\n", level, msg);
+}
+
+static void quiet_report(void *user, const char *msg)
+{
+    int *verbose = user;
+    if (verbose && *verbose)
+        fprintf(stderr, "[verify] %s\n", msg);
+}
+
+static int g_verbose;
+
+static sqz_params mkparams(sqz_alg alg, int level, int log2bs)
+{
+    sqz_params p = {.alg = alg, .level = level, .log2bs = log2bs,
+                    .min_saving = SQZ_MIN_SAVING_DEFAULT};
+    return p;
+}
+
+static sqz_ctr *create_mem(const sqz_params *p)
+{
+    int fd = memfd_create("sqzctr", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    sqz_ctr *c;
+    int r = sqz_ctr_create_fd(fd, p, "mem", &c);
+    REQUIRE(r == 0);
+    return c;
+}
+
+/* reopen the same backing file through a fresh descriptor */
+static sqz_ctr *reopen(sqz_ctr *c, int flags)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", sqz_ctr_fd(c));
+    int fd = open(path, flags == SQZ_OPEN_RDWR ? O_RDWR : O_RDONLY);
+    REQUIRE(fd >= 0);
+    REQUIRE(sqz_ctr_close(c) == 0);
+    sqz_ctr *n;
+    int r = sqz_ctr_open_fd(fd, flags, "reopened", &n);
+    REQUIRE(r == 0);
+    return n;
+}
+
+static int content_equals(sqz_ctr *c, const unsigned char *want, size_t n)
+{
+    if (sqz_ctr_length(c) != n)
+        return 0;
+    unsigned char *got = malloc(n + 1);
+    REQUIRE(got);
+    ssize_t r = sqz_ctr_pread(c, got, n + 1, 0);
+    int ok = r == (ssize_t)n && memcmp(got, want, n) == 0;
+    free(got);
+    return ok;
+}
+
+/* ---------------------------------------------------------------- 1 ---- */
+
+static int slow_level(sqz_alg alg, int level)
+{
+    return (alg == SQZ_ALG_ZSTD && level >= 16) ||
+           (alg == SQZ_ALG_LZ4HC && level >= 10) ||
+           (alg == SQZ_ALG_GZIP && level >= 8);
+}
+
+static void roundtrip_one(const sqz_params *p, int input, int *checked)
+{
+    size_t bs = (size_t)1 << p->log2bs;
+    size_t n = 0;
+    int kind = 0;
+    int expect_holes = 0;
+    int big = p->log2bs >= 20;
+    switch (input) {
+    case 0: n = big ? bs / 2 * 3 : bs * 2 + bs / 2; kind = 0; break;
+    case 1: n = big ? bs + 4096 : bs * 2; kind = 1; break;
+    case 2: n = bs + bs / 2; kind = 2; break;
+    case 3: n = 0; break;
+    case 4: n = 1; kind = 2; break;
+    case 5: n = bs - 1; kind = 2; break;
+    case 6: n = bs; kind = 1; break;
+    case 7: n = bs + 1; kind = 4; break;
+    case 8: n = 2 * bs + 100; kind = 2; expect_holes = 1; break;
+    }
+    unsigned char *data = malloc(n + 1);
+    REQUIRE(data);
+    sqz_test_fill(data, n, kind, 1000 + (uint64_t)input);
+    if (input == 8)
+        memset(data + bs, 0, bs);
+    sqz_ctr *c = create_mem(p);
+    if (n)
+        CHECK_EQ_INT(sqz_ctr_pwrite(c, data, n, 0), n);
+    CHECK(content_equals(c, data, n));
+    struct sqz_ctr_stat st;
+    CHECK_EQ_INT(sqz_ctr_stat(c, &st), 0);
+    uint64_t blocks = (n + bs - 1) / bs;
+    CHECK_EQ_INT(st.length, n);
+    CHECK_EQ_INT(st.blocks, blocks);
+    CHECK_EQ_INT(st.hole_blocks, expect_holes);
+    CHECK_EQ_INT(st.stored_blocks, blocks - (uint64_t)expect_holes);
+    int stores = p->alg == SQZ_ALG_NONE ||
+                 (p->alg == SQZ_ALG_GZIP && p->level == 0); /* no compression */
+    if (stores)
+        CHECK_EQ_INT(st.raw_blocks, st.stored_blocks);
+    else if (kind == 0) /* a zero-padded partial last block compresses */
+        CHECK_EQ_INT(st.raw_blocks, n / bs);
+    else if (kind == 2 && n >= 64)
+        CHECK_EQ_INT(st.raw_blocks, 0);
+    CHECK(st.backing_size >= SQZ_HDR_REGION);
+    CHECK(st.params.alg == p->alg && st.params.level == p->level);
+    c = reopen(c, SQZ_OPEN_RDONLY);
+    CHECK(content_equals(c, data, n));
+    CHECK_EQ_INT(sqz_ctr_verify(c, quiet_report, &g_verbose), 0);
+    CHECK_EQ_INT(sqz_ctr_close(c), 0);
+    free(data);
+    (*checked)++;
+}
+
+static void test_roundtrip(void)
+{
+    static const int sizes[] = {12, 16, 17, 20};
+    int checked = 0;
+    for (int a = 0; a < SQZ_ALG_COUNT; a++) {
+        sqz_alg alg = sqz_all_algs[a];
+        for (int lv = sqz_level_min(alg); lv <= sqz_level_max(alg); lv++) {
+            for (int s = 0; s < 4; s++) {
+                sqz_params p = mkparams(alg, lv, sizes[s]);
+                /* slow levels with big blocks: fewer inputs (time budget) */
+                int slow = sizes[s] >= 16 && slow_level(alg, lv);
+                for (int in = 0; in < 9; in++) {
+                    if (slow && in != 4 && in != 8 && (sizes[s] == 20 || in < 5))
+                        continue;
+                    roundtrip_one(&p, in, &checked);
+                }
+            }
+        }
+    }
+    /* the block API directly: prepare on one thread, commit, read_block */
+    sqz_params p = mkparams(SQZ_ALG_ZSTD, 3, 12);
+    sqz_ctr *c = create_mem(&p);
+    unsigned char blk[4096], out[4096];
+    sqz_test_fill(blk, sizeof blk, 2, 7);
+    sqz_prepared pr[2];
+    CHECK_EQ_INT(sqz_ctr_prepare(c, 0, blk, &pr[0]), 0);
+    memset(out, 0, sizeof out);
+    CHECK_EQ_INT(sqz_ctr_prepare(c, 3, out, &pr[1]), 0);
+    CHECK_EQ_INT(pr[1].kind, SQZ_KIND_HOLE);
+    CHECK_EQ_INT(sqz_ctr_commit(c, pr, 2, 4 * 4096), 0);
+    size_t sl = 99;
+    CHECK_EQ_INT(sqz_ctr_read_block(c, 0, out, &sl), 4096);
+    CHECK(memcmp(out, blk, 4096) == 0 && sl == pr[0].stored_len);
+    CHECK_EQ_INT(sqz_ctr_read_block(c, 3, out, &sl), 4096);
+    CHECK(sl == 0 && out[0] == 0 && out[4095] == 0);
+    CHECK_EQ_INT(sqz_ctr_read_block(c, 9, out, NULL), 0);
+    CHECK_EQ_INT(sqz_ctr_nblocks(c), 4);
+    sqz_prepared beyond = pr[0];
+    beyond.idx = 4;
+    CHECK_EQ_INT(sqz_ctr_commit(c, &beyond, 1, 4 * 4096), -EINVAL);
+    CHECK_EQ_INT(sqz_ctr_commit(c, NULL, 0, SQZ_MAX_LENGTH + 1), -EFBIG);
+    CHECK_EQ_INT(sqz_ctr_pwrite(c, blk, 1, SQZ_MAX_LENGTH), -EFBIG);
+    sqz_prepared_free(&pr[0]);
+    sqz_prepared_free(&pr[1]);
+    c = reopen(c, SQZ_OPEN_RDONLY);
+    CHECK_EQ_INT(sqz_ctr_pwrite(c, blk, 10, 0), -EROFS);
+    CHECK_EQ_INT(sqz_ctr_truncate(c, 0), -EROFS);
+    CHECK_EQ_INT(sqz_ctr_checkpoint(c), -EROFS);
+    sqz_ctr_close(c);
+    /* parameter checks */
+    char err[128];
+    sqz_params bad = mkparams(SQZ_ALG_ZSTD, 30, 17);
+    CHECK_EQ_INT(sqz_params_check(&bad, err, sizeof err), -EINVAL);
+    bad = mkparams(SQZ_ALG_ZSTD, 3, 11);
+    CHECK_EQ_INT(sqz_params_check(&bad, err, sizeof err), -EINVAL);
+    CHECK(strstr(err, "block size") != NULL);
+    bad = mkparams((sqz_alg)1, 0, 17);
+    CHECK_EQ_INT(sqz_params_check(&bad, err, sizeof err), -EINVAL);
+    bad = mkparams(SQZ_ALG_LZ4, 0, 17);
+    bad.min_saving = 1001;
+    CHECK_EQ_INT(sqz_params_check(&bad, err, sizeof err), -EINVAL);
+    printf("round trips: %d\n", checked);
+}
+
+/* by path, probe, plain files */
+static void test_paths(void)
+{
+    char *dir = sqz_test_tmpdir();
+    REQUIRE(dir);
+    char path[4200], plain[4200];
+    snprintf(path, sizeof path, "%s/c.sqz", dir);
+    snprintf(plain, sizeof plain, "%s/plain", dir);
+    sqz_params p = mkparams(SQZ_ALG_GZIP, 6, 16);
+    sqz_ctr *c;
+    REQUIRE(sqz_ctr_create_path(path, &p, 0644, &c) == 0);
+    CHECK_EQ_INT(sqz_ctr_pwrite(c, "hello", 5, 70000), 5);
+    CHECK_EQ_INT(sqz_ctr_sync(c, 0), 0);
+    CHECK_EQ_INT(sqz_ctr_probe_fd(sqz_ctr_fd(c)), 1);
+    CHECK_EQ_INT(sqz_ctr_close(c), 0);
+    REQUIRE(sqz_ctr_open_path(path, SQZ_OPEN_RDONLY, &c) == 0);
+    char buf[16] = {1};
+    CHECK_EQ_INT(sqz_ctr_pread(c, buf, 16, 69999), 6);
+    CHECK(buf[0] == 0 && memcmp(buf + 1, "hello", 5) == 0);
+    CHECK_EQ_INT(sqz_ctr_pread(c, buf, 16, 70005), 0);
+    sqz_ctr_close(c);
+    int fd = open(plain, O_RDWR | O_CREAT, 0644);
+    REQUIRE(fd >= 0);
+    CHECK_EQ_INT(write(fd, "just a text file\n", 17), 17);
+    CHECK_EQ_INT(sqz_ctr_probe_fd(fd), 0);
+    int problems = sqz_verify_fd(fd, "plain", quiet_report, &g_verbose);
+    CHECK(problems >= 1);
+    close(fd);
+    CHECK_EQ_INT(sqz_ctr_open_path(plain, SQZ_OPEN_RDONLY, &c), -EBADMSG);
+    CHECK(c == NULL);
+    CHECK_EQ_INT(sqz_ctr_probe_fd(-1), -EBADF);
+    unlink(path);
+    unlink(plain);
+    rmdir(dir);
+    free(dir);
+}
+
+/* ---------------------------------------------------------------- 2 ---- */
+
+typedef struct model {
+    unsigned char *p;
+    size_t n, cap;
+} model;
+
+static void model_resize(model *m, size_t n)
+{
+    if (n > m->cap) {
+        size_t nc = m->cap ? m->cap : 4096;
+        while (nc < n)
+            nc *= 2;
+        m->p = realloc(m->p, nc);
+        REQUIRE(m->p);
+        m->cap = nc;
+    }
+    if (n > m->n)
+        memset(m->p + m->n, 0, n - m->n);
+    m->n = n;
+}
+
+static void test_random_ops(sqz_alg alg, int level, int log2bs, int nops,
+                            uint64_t seed)
+{
+    sqz_params p = mkparams(alg, level, log2bs);
+    size_t bs = (size_t)1 << log2bs;
+    sqz_ctr *c = create_mem(&p);
+    model m = {0};
+    uint64_t rng = seed;
+    size_t maxlen = 6 * bs;
+    unsigned char *buf = malloc(3 * bs + 10);
+    REQUIRE(buf);
+    int failed = 0;
+    for (int i = 0; i < nops && !failed; i++) {
+        unsigned op = (unsigned)(sqz_test_rand(&rng) % 100);
+        if (op < 60) { /* write, often straddling blocks */
+            size_t off = (size_t)(sqz_test_rand(&rng) % (m.n + bs + 1));
+            if (off > maxlen)
+                off = maxlen;
+            size_t n = 1 + (size_t)(sqz_test_rand(&rng) % (2 * bs + 3));
+            int kind = (int)(sqz_test_rand(&rng) % 5);
+            sqz_test_fill(buf, n, kind, sqz_test_rand(&rng));
+            if (sqz_test_rand(&rng) % 8 == 0)
+                memset(buf, 0, n);
+            ssize_t r = sqz_ctr_pwrite(c, buf, n, off);
+            if (r != (ssize_t)n) {
+                fprintf(stderr, "pwrite %zu at %zu: %zd\n", n, off, r);
+                failed = 1;
+            }
+            if (off + n > m.n)
+                model_resize(&m, off + n);
+            memcpy(m.p + off, buf, n);
+        } else if (op < 75) { /* truncate shrink or grow */
+            size_t len = (size_t)(sqz_test_rand(&rng) % (maxlen + 1));
+            if (sqz_ctr_truncate(c, len) != 0)
+                failed = 1;
+            if (len < m.n)
+                m.n = len;
+            else
+                model_resize(&m, len);
+        } else if (op < 80) {
+            c = reopen(c, SQZ_OPEN_RDWR);
+        } else if (op < 85) {
+            if (sqz_ctr_sync(c, (int)(op & 1)) != 0)
+                failed = 1;
+        } else if (op < 87) {
+            if (sqz_ctr_checkpoint(c) != 0)
+                failed = 1;
+        } else { /* read a random range */
+            size_t off = (size_t)(sqz_test_rand(&rng) % (m.n + bs + 1));
+            size_t n = (size_t)(sqz_test_rand(&rng) % (2 * bs + 3));
+            ssize_t r = sqz_ctr_pread(c, buf, n, off);
+            size_t want = off >= m.n ? 0 : (m.n - off < n ? m.n - off : n);
+            if (r != (ssize_t)want || memcmp(buf, m.p + off, want) != 0) {
+                fprintf(stderr, "pread %zu at %zu: %zd, want %zu\n", n, off, r,
+                        want);
+                failed = 1;
+            }
+        }
+        if (sqz_ctr_length(c) != m.n)
+            failed = 1;
+        if ((i % 64 == 63 || i == nops - 1) && !content_equals(c, m.p, m.n))
+            failed = 1;
+        if (failed)
+            fprintf(stderr, "random ops (alg %s level %d bs 2^%d): mismatch "
+                    "after op %d (seed %llu)\n", sqz_alg_name(alg), level,
+                    log2bs, i, (unsigned long long)seed);
+    }
+    CHECK(!failed);
+    c = reopen(c, SQZ_OPEN_RDONLY);
+    CHECK(content_equals(c, m.p, m.n));
+    CHECK_EQ_INT(sqz_ctr_verify(c, quiet_report, &g_verbose), 0);
+    sqz_ctr_close(c);
+    free(m.p);
+    free(buf);
+}
+
+/* A 1 MiB file rewritten 200 times must not keep 200 MiB allocated. */
+static void test_space_bounded(void)
+{
+    char *dir = sqz_test_tmpdir();
+    REQUIRE(dir);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/rewrite.sqz", dir);
+    sqz_params p = mkparams(SQZ_ALG_LZ4, 0, 16);
+    sqz_ctr *c;
+    REQUIRE(sqz_ctr_create_path(path, &p, 0644, &c) == 0);
+    size_t n = 1 << 20;
+    unsigned char *buf = malloc(n);
+    REQUIRE(buf);
+    for (int i = 0; i < 200; i++) {
+        sqz_test_fill(buf, n, i % 2 ? 0 : 1, (uint64_t)i);
+        REQUIRE(sqz_ctr_pwrite(c, buf, n, 0) == (ssize_t)n);
+        CHECK_EQ_INT(sqz_ctr_sync(c, 1), 0);
+    }
+    struct sqz_ctr_stat st;
+    CHECK_EQ_INT(sqz_ctr_stat(c, &st), 0);
+    printf("after 200 rewrites: live %llu, backing size %llu, allocated %llu, "
+           "dead %llu\n", (unsigned long long)st.compressed_bytes,
+           (unsigned long long)st.backing_size,
+           (unsigned long long)st.backing_alloc,
+           (unsigned long long)st.dead_bytes);
+    CHECK(st.backing_size > 100ull << 20); /* the apparent size keeps growing */
+    CHECK(st.backing_alloc < 3 * st.compressed_bytes + (8ull << 20));
+    c = reopen(c, SQZ_OPEN_RDONLY);
+    CHECK(content_equals(c, buf, n));
+    CHECK_EQ_INT(sqz_ctr_verify(c, quiet_report, &g_verbose), 0);
+    sqz_ctr_close(c);
+    free(buf);
+    unlink(path);
+    rmdir(dir);
+    free(dir);
+}
+
+/* ---------------------------------------------------------------- 3 ---- */
+
+typedef struct snapshot {
+    unsigned char *p;
+    size_t n;
+} snapshot;
+
+static int matches_some(sqz_ctr *c, const snapshot *s, size_t ns)
+{
+    uint64_t len = sqz_ctr_length(c);
+    unsigned char *got = malloc(len ? len : 1);
+    REQUIRE(got);
+    int ok = sqz_ctr_pread(c, got, len, 0) == (ssize_t)len;
+    int found = -1;
+    for (size_t i = 0; ok && i < ns && found < 0; i++)
+        if (s[i].n == len && memcmp(s[i].p, got, len) == 0)
+            found = (int)i;
+    free(got);
+    return found;
+}
+
+static void test_crash(uint64_t seed)
+{
+    simdisk d = {0};
+    d.fd = memfd_create("sim", MFD_CLOEXEC);
+    REQUIRE(d.fd >= 0);
+    sqz_io io = sim_io(&d);
+    sqz_params p = mkparams(SQZ_ALG_LZ4, 0, 12);
+    sqz_ctr *c;
+    REQUIRE(sqz_ctr_create_fd_io(d.fd, &p, "sim", &io, &c) == 0);
+    model m = {0};
+    snapshot *states = NULL; /* [0] = state at the last sync, then commits */
+    size_t nstates = 0;
+    uint64_t rng = seed;
+    unsigned char buf[3 * 4096];
+    int crashes = 0, failed = 0;
+#define PUSH_STATE() do { \
+        states = realloc(states, (nstates + 1) * sizeof *states); \
+        REQUIRE(states); \
+        states[nstates].p = malloc(m.n ? m.n : 1); REQUIRE(states[nstates].p); \
+        if (m.n) { memcpy(states[nstates].p, m.p, m.n); } \
+        states[nstates].n = m.n; \
+        nstates++; } while (0)
+#define RESET_STATES() do { \
+        for (size_t k = 0; k < nstates; k++) { free(states[k].p); } \
+        nstates = 0; \
+        PUSH_STATE(); } while (0)
+    RESET_STATES();
+    for (int step = 0; step < 90 && !failed; step++) {
+        unsigned op = (unsigned)(sqz_test_rand(&rng) % 100);
+        if (op < 70) {
+            size_t off = (size_t)(sqz_test_rand(&rng) % (m.n + 4097));
+            size_t n = 1 + (size_t)(sqz_test_rand(&rng) % sizeof buf);
+            sqz_test_fill(buf, n, (int)(sqz_test_rand(&rng) % 5), step);
+            REQUIRE(sqz_ctr_pwrite(c, buf, n, off) == (ssize_t)n);
+            if (off + n > m.n)
+                model_resize(&m, off + n);
+            memcpy(m.p + off, buf, n);
+            PUSH_STATE();
+        } else if (op < 80) {
+            size_t len = (size_t)(sqz_test_rand(&rng) % (m.n + 8192));
+            REQUIRE(sqz_ctr_truncate(c, len) == 0);
+            if (len < m.n)
+                m.n = len;
+            else
+                model_resize(&m, len);
+            PUSH_STATE();
+        } else if (op < 92) {
+            REQUIRE(sqz_ctr_sync(c, 1) == 0);
+            RESET_STATES();
+        } else {
+            REQUIRE(sqz_ctr_checkpoint(c) == 0);
+            RESET_STATES();
+        }
+        for (int mode = 0; mode < 4 && !failed; mode++) {
+            int reps = mode == 1 || mode == 2 ? 3 : 1;
+            for (int rep = 0; rep < reps && !failed; rep++) {
+                simimg im = sim_crash(&d, mode, &rng);
+                int fd = memfd_with(im.p, im.n);
+                free(im.p);
+                sqz_ctr *r;
+                int o = sqz_ctr_open_fd(fd, SQZ_OPEN_RDWR, "crashed", &r);
+                crashes++;
+                if (o != 0) {
+                    fprintf(stderr, "crash step %d mode %d: open %d (seed %llu)\n",
+                            step, mode, o, (unsigned long long)seed);
+                    failed = 1;
+                    break;
+                }
+                int which = matches_some(r, states, nstates);
+                /* consecutive states may be equal: check the exact ones */
+                if (which < 0 ||
+                    (mode == 0 && !content_equals(r, states[0].p, states[0].n)) ||
+                    (mode == 3 && !content_equals(r, states[nstates - 1].p,
+                                                  states[nstates - 1].n))) {
+                    fprintf(stderr, "crash step %d mode %d: state %d of %zu "
+                            "(seed %llu)\n", step, mode, which, nstates,
+                            (unsigned long long)seed);
+                    failed = 1;
+                }
+                if (sqz_ctr_verify(r, quiet_report, &g_verbose) != 0)
+                    failed = 1;
+                /* keep writing after recovery */
+                size_t len = (size_t)sqz_ctr_length(r);
+                unsigned char *want = malloc(len + 5000);
+                REQUIRE(want);
+                REQUIRE(sqz_ctr_pread(r, want, len, 0) == (ssize_t)len);
+                sqz_test_fill(want + len, 5000, 2, (uint64_t)step);
+                if (sqz_ctr_pwrite(r, want + len, 5000, len) != 5000 ||
+                    sqz_ctr_sync(r, 1) != 0)
+                    failed = 1;
+                r = reopen(r, SQZ_OPEN_RDONLY);
+                if (!content_equals(r, want, len + 5000) ||
+                    sqz_ctr_verify(r, quiet_report, &g_verbose) != 0) {
+                    fprintf(stderr, "crash step %d mode %d: writing after "
+                            "recovery failed (seed %llu)\n", step, mode,
+                            (unsigned long long)seed);
+                    failed = 1;
+                }
+                sqz_ctr_close(r);
+                free(want);
+            }
+        }
+    }
+    CHECK(!failed);
+    CHECK(d.syncs > 5);
+    printf("crash images checked: %d\n", crashes);
+    sqz_ctr_close(c);
+    for (size_t k = 0; k < nstates; k++)
+        free(states[k].p);
+    free(states);
+    free(m.p);
+    sim_free(&d);
+#undef PUSH_STATE
+#undef RESET_STATES
+}
+
+/* ---------------------------------------------------------------- 4 ---- */
+
+/* A container whose history has strictly growing lengths, so that any
+ * committed state is identified by its length. Returns the image; states
+ * receive every committed content. */
+typedef struct history {
+    snapshot *s;
+    size_t n;
+} history;
+
+static const snapshot *history_find(const history *h, uint64_t len)
+{
+    for (size_t i = 0; i < h->n; i++)
+        if (h->s[i].n == len)
+            return &h->s[i];
+    return NULL;
+}
+
+static simimg build_history(sqz_alg alg, int log2bs, history *h, int ncommits)
+{
+    sqz_params p = mkparams(alg, sqz_level_default(alg), log2bs);
+    sqz_ctr *c = create_mem(&p);
+    size_t bs = (size_t)1 << log2bs;
+    model m = {0};
+    uint64_t rng = 99 + (uint64_t)alg;
+    unsigned char *buf = malloc(2 * bs);
+    REQUIRE(buf);
+    h->s = calloc((size_t)ncommits + 1, sizeof *h->s);
+    REQUIRE(h->s);
+    h->n = 0;
+    h->s[h->n++] = (snapshot){malloc(1), 0};
+    for (int i = 0; i < ncommits; i++) {
+        size_t grow = 1 + (size_t)(sqz_test_rand(&rng) % bs);
+        size_t n = (size_t)(sqz_test_rand(&rng) % (2 * bs));
+        size_t off = m.n + grow > n ? (size_t)(sqz_test_rand(&rng) %
+                                               (m.n + grow - n + 1)) : 0;
+        if (off + n < m.n + grow)
+            n = m.n + grow - off; /* the write reaches the new end */
+        if (n > 2 * bs) {
+            off = m.n + grow - 2 * bs;
+            n = 2 * bs;
+        }
+        int kind = i % 7 == 3 ? 3 : (int)(sqz_test_rand(&rng) % 5);
+        sqz_test_fill(buf, n, kind, (uint64_t)i);
+        REQUIRE(sqz_ctr_pwrite(c, buf, n, off) == (ssize_t)n);
+        model_resize(&m, off + n);
+        memcpy(m.p + off, buf, n);
+        snapshot s = {malloc(m.n), m.n};
+        REQUIRE(s.p);
+        memcpy(s.p, m.p, m.n);
+        h->s[h->n++] = s;
+        if (i == ncommits / 3 || i == 2 * ncommits / 3)
+            REQUIRE(sqz_ctr_checkpoint(c) == 0);
+    }
+    simimg im = sim_read_fd(sqz_ctr_fd(c));
+    sqz_ctr_close(c);
+    free(buf);
+    free(m.p);
+    return im;
+}
+
+static void history_free(history *h)
+{
+    for (size_t i = 0; i < h->n; i++)
+        free(h->s[i].p);
+    free(h->s);
+}
+
+/* Open a damaged image read-only and check: open fails with -EBADMSG, or
+ * it shows a committed state in which every block reads back exactly or
+ * fails with -EIO; blocks failing imply verify problems. Returns 1 if the
+ * open succeeded, 2 if some block was damaged, 0 if the open failed. */
+static int check_damaged(const simimg *im, const history *h, const char *what,
+                         int *failed, int *problems_out)
+{
+    if (problems_out)
+        *problems_out = 0;
+    int fd = memfd_with(im->p, im->n);
+    sqz_ctr *c;
+    int r = sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, what, &c);
+    if (r != 0) {
+        if (r != -EBADMSG) {
+            fprintf(stderr, "%s: open gave %d\n", what, r);
+            *failed = 1;
+        }
+        return 0;
+    }
+    uint64_t len = sqz_ctr_length(c);
+    const snapshot *s = history_find(h, len);
+    if (!s) {
+        fprintf(stderr, "%s: length %llu is no committed state\n", what,
+                (unsigned long long)len);
+        *failed = 1;
+        sqz_ctr_close(c);
+        return 1;
+    }
+    size_t bs = sqz_ctr_block_size(c);
+    unsigned char *blk = malloc(bs);
+    REQUIRE(blk);
+    int damaged = 0;
+    uint64_t nb = sqz_ctr_nblocks(c);
+    for (uint64_t b = 0; b < nb; b++) {
+        ssize_t g = sqz_ctr_read_block(c, b, blk, NULL);
+        size_t valid = len - b * bs < bs ? (size_t)(len - b * bs) : bs;
+        if (g == -EIO) {
+            damaged = 1;
+            continue;
+        }
+        if (g != (ssize_t)valid || memcmp(blk, s->p + b * bs, valid) != 0) {
+            fprintf(stderr, "%s: block %llu reads wrong bytes (%zd)\n", what,
+                    (unsigned long long)b, g);
+            *failed = 1;
+        }
+    }
+    struct sqz_ctr_stat st;
+    CHECK_EQ_INT(sqz_ctr_stat(c, &st), 0);
+    int problems = sqz_ctr_verify(c, quiet_report, &g_verbose);
+    if (problems_out)
+        *problems_out = problems;
+    if (problems < 0 || (damaged && problems == 0)) {
+        fprintf(stderr, "%s: verify gave %d with damaged blocks\n", what,
+                problems);
+        *failed = 1;
+    }
+    free(blk);
+    sqz_ctr_close(c);
+    return damaged ? 2 : 1;
+}
+
+/* re-seal the record at off after a test modified its fields */
+static void reseal(simimg *im, uint64_t off)
+{
+    uint32_t plen = sqz_get32(im->p + off + 24);
+    sqz_rec_seal(im->p + off, im->p[off + 4], sqz_get64(im->p + off + 8),
+                 sqz_get64(im->p + off + 16), plen);
+}
+
+/* offsets of all records of a clean image (walk from 4096, stepping over
+ * punched space) */
+static size_t record_offsets(const simimg *im, uint64_t *offs, size_t max)
+{
+    size_t n = 0;
+    uint64_t pos = SQZ_HDR_REGION;
+    while (pos + SQZ_REC_HDR <= im->n && n < max) {
+        if (sqz_get32(im->p + pos) != SQZ_REC_MAGIC) {
+            pos += 8;
+            continue;
+        }
+        offs[n++] = pos;
+        pos += sqz_rec_size(sqz_get32(im->p + pos + 24));
+    }
+    return n;
+}
+
+static void test_corruption(void)
+{
+    int failed = 0, opened = 0, damaged_seen = 0, refused = 0;
+    history h;
+    simimg orig = build_history(SQZ_ALG_ZSTD, 12, &h, 40);
+    uint64_t offs[512];
+    size_t nrec = record_offsets(&orig, offs, 512);
+    CHECK(nrec > 40);
+    /* clean image first */
+    CHECK_EQ_INT(check_damaged(&orig, &h, "clean", &failed, NULL), 1);
+    simimg im = {malloc(orig.n), orig.n};
+    REQUIRE(im.p);
+    uint64_t rng = 4242;
+    /* bit flips: every bit of the header and anchors, and random bits
+     * across the log, plus every record header */
+    for (int t = 0; t < 64 * 8 + 2 * 48 * 8 + 700 + (int)nrec * 4; t++) {
+        uint64_t bit;
+        if (t < 64 * 8)
+            bit = (uint64_t)t;
+        else if (t < 64 * 8 + 2 * 48 * 8) {
+            int k = t - 64 * 8;
+            bit = (SQZ_ANCHOR_OFF(k / 384)) * 8ull + (uint64_t)(k % 384);
+        } else if (t < 64 * 8 + 2 * 48 * 8 + 700)
+            bit = SQZ_HDR_REGION * 8ull +
+                  sqz_test_rand(&rng) % ((orig.n - SQZ_HDR_REGION) * 8);
+        else {
+            int k = t - (64 * 8 + 2 * 48 * 8 + 700);
+            bit = offs[k / 4] * 8 + sqz_test_rand(&rng) % (SQZ_REC_HDR * 8 + 64);
+            if (bit >= orig.n * 8)
+                continue;
+        }
+        memcpy(im.p, orig.p, orig.n);
+        im.p[bit / 8] ^= (unsigned char)(1u << (bit % 8));
+        char what[64];
+        snprintf(what, sizeof what, "flip bit %llu", (unsigned long long)bit);
+        int r = check_damaged(&im, &h, what, &failed, NULL);
+        opened += r > 0;
+        refused += r == 0;
+        damaged_seen += r == 2;
+        if (t < 64 * 8 && r != 0) {
+            fprintf(stderr, "header bit %llu flipped: opened\n",
+                    (unsigned long long)bit);
+            failed = 1;
+        }
+    }
+    CHECK(damaged_seen > 50); /* payload flips are found */
+    /* truncation at many lengths */
+    for (uint64_t len = 0; len < orig.n; len += 1 + len / 8) {
+        simimg t = {orig.p, (size_t)len};
+        char what[64];
+        snprintf(what, sizeof what, "truncated to %llu", (unsigned long long)len);
+        int r = check_damaged(&t, &h, what, &failed, NULL);
+        if (len < SQZ_HDR_REGION && r != 0) {
+            fprintf(stderr, "%s: opened\n", what);
+            failed = 1;
+        }
+    }
+    /* hostile fields with valid checksums */
+    uint64_t ckpt_off = 0, commit_off = 0, data_off = 0;
+    for (size_t i = 0; i < nrec; i++) {
+        uint8_t type = orig.p[offs[i] + 4];
+        if (type == SQZ_REC_CHECKPOINT)
+            ckpt_off = offs[i]; /* the newest */
+        if (type == SQZ_REC_COMMIT && ckpt_off && !commit_off)
+            commit_off = offs[i]; /* first commit after a checkpoint */
+        if (type == SQZ_REC_DATA && !data_off)
+            data_off = offs[i];
+    }
+    REQUIRE(ckpt_off && commit_off && data_off);
+    struct { uint64_t rec, field; int width; uint64_t value; const char *what; }
+    hostile[] = {
+        {ckpt_off, 32 + 8, 8, 1ull << 40, "checkpoint count 2^40"},
+        {ckpt_off, 32 + 8, 8, UINT64_MAX, "checkpoint count max"},
+        {ckpt_off, 32, 8, SQZ_MAX_LENGTH + 1, "checkpoint length huge"},
+        {ckpt_off, 32 + 16, 8, 1ull << 50, "checkpoint block idx huge"},
+        {ckpt_off, 32 + 16 + 8, 8, 1ull << 40, "checkpoint entry offset huge"},
+        {ckpt_off, 32 + 16 + 8, 8, 512, "checkpoint entry offset in header"},
+        {ckpt_off, 32 + 16 + 16, 4, UINT32_MAX, "checkpoint entry len huge"},
+        {ckpt_off, 24, 4, UINT32_MAX - 64, "checkpoint payload length huge"},
+        {commit_off, 32 + 8, 4, UINT32_MAX, "commit count huge"},
+        {commit_off, 32, 8, UINT64_MAX, "commit length huge"},
+        {commit_off, 32 + 16 + 8, 8, 1ull << 40, "commit entry offset huge"},
+        {commit_off, 32 + 16 + 16, 4, 1u << 30, "commit entry len huge"},
+        {commit_off, 16, 8, 12345, "commit txn out of sequence"},
+        {data_off, 24, 4, UINT32_MAX - 40, "data payload length huge"},
+    };
+    for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++) {
+        memcpy(im.p, orig.p, orig.n);
+        uint8_t *f = im.p + hostile[i].rec + hostile[i].field;
+        if (hostile[i].width == 8)
+            sqz_put64(f, hostile[i].value);
+        else
+            sqz_put32(f, (uint32_t)hostile[i].value);
+        if (hostile[i].field != 24) /* a resealed bogus length would run off */
+            reseal(&im, hostile[i].rec);
+        int problems;
+        int r = check_damaged(&im, &h, hostile[i].what, &failed, &problems);
+        if (hostile[i].rec == ckpt_off && r != 0 && problems == 0) {
+            /* the newest checkpoint is referenced by an anchor: either the
+             * open falls back to the older anchor (an older committed state)
+             * and verify reports the damage, or it refuses */
+            fprintf(stderr, "%s: opened\n", hostile[i].what);
+            failed = 1;
+        }
+    }
+    /* hostile anchor: valid checksum, checkpoint offset past the end */
+    memcpy(im.p, orig.p, orig.n);
+    for (unsigned s = 0; s < 2; s++) {
+        sqz_anchor a;
+        uint64_t fid = sqz_get64(im.p + 40);
+        if (sqz_anchor_decode(im.p + SQZ_ANCHOR_OFF(s), s, fid, &a) == 1) {
+            a.ckpt_off = 1ull << 40;
+            a.ckpt_len = 1ull << 40;
+            sqz_anchor_encode(&a, s, fid, im.p + SQZ_ANCHOR_OFF(s));
+        }
+    }
+    CHECK_EQ_INT(check_damaged(&im, &h, "anchors point away", &failed, NULL), 0);
+    /* garbage headers */
+    for (int g = 0; g < 50; g++) {
+        memcpy(im.p, orig.p, orig.n);
+        sqz_test_fill(im.p, 4096, 0, (uint64_t)g);
+        if (g % 2)
+            memcpy(im.p, sqz_hdr_magic, 8);
+        CHECK_EQ_INT(check_damaged(&im, &h, "garbage header", &failed, NULL), 0);
+    }
+    /* verify_fd on a damaged header reports, does not fail */
+    memcpy(im.p, orig.p, orig.n);
+    im.p[20] ^= 1;
+    int fd = memfd_with(im.p, im.n);
+    CHECK_EQ_INT(sqz_verify_fd(fd, "damaged", quiet_report, &g_verbose), 1);
+    CHECK_EQ_INT(sqz_ctr_probe_fd(fd), 0);
+    close(fd);
+    fd = memfd_with(orig.p, orig.n);
+    CHECK_EQ_INT(sqz_verify_fd(fd, "clean", quiet_report, &g_verbose), 0);
+    CHECK_EQ_INT(sqz_ctr_probe_fd(fd), 1);
+    close(fd);
+    CHECK(!failed);
+    printf("corruption: %d opened (%d with damaged blocks), %d refused\n",
+           opened, damaged_seen, refused);
+    free(im.p);
+    free(orig.p);
+    history_free(&h);
+}
+
+/* ---------------------------------------------------------------- 5 ---- */
+
+typedef struct conc {
+    sqz_ctr *c;
+    size_t bs;
+    uint64_t nblocks;
+    int done;
+    int bad;
+    uint64_t reads;
+} conc;
+
+/* block b at version v: every 8-byte word is (b << 32 | v), v >= 1 */
+static void conc_fill(unsigned char *p, size_t bs, uint64_t b, uint64_t v)
+{
+    for (size_t i = 0; i < bs; i += 8)
+        sqz_put64(p + i, b << 32 | v);
+}
+
+static void *conc_reader(void *arg)
+{
+    conc *k = arg;
+    unsigned char *buf = malloc(k->bs);
+    REQUIRE(buf);
+    uint64_t rng = (uint64_t)(uintptr_t)arg ^ (uint64_t)pthread_self();
+    while (!__atomic_load_n(&k->done, __ATOMIC_ACQUIRE)) {
+        uint64_t b = sqz_test_rand(&rng) % k->nblocks;
+        ssize_t r = sqz_ctr_read_block(k->c, b, buf, NULL);
+        if (r < 0) {
+            __atomic_store_n(&k->bad, 1, __ATOMIC_RELAXED);
+            break;
+        }
+        uint64_t w0 = sqz_get64(buf);
+        int ok = w0 == 0 || (w0 >> 32) == b;
+        for (size_t i = 8; ok && i < k->bs; i += 8)
+            ok = sqz_get64(buf + i) == w0;
+        if (!ok)
+            __atomic_store_n(&k->bad, 1, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&k->reads, 1, __ATOMIC_RELAXED);
+    }
+    free(buf);
+    return NULL;
+}
+
+static void test_concurrency(void)
+{
+    sqz_params p = mkparams(SQZ_ALG_LZ4, 0, 14);
+    conc k = {.c = create_mem(&p), .bs = 1u << 14, .nblocks = 64};
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++)
+        REQUIRE(pthread_create(&th[i], NULL, conc_reader, &k) == 0);
+    unsigned char *buf = malloc(2 * k.bs);
+    REQUIRE(buf);
+    uint64_t rng = 5;
+    for (uint64_t v = 1; v <= 1500; v++) {
+        uint64_t b = sqz_test_rand(&rng) % (k.nblocks - 1);
+        conc_fill(buf, k.bs, b, v);
+        conc_fill(buf + k.bs, k.bs, b + 1, v);
+        REQUIRE(sqz_ctr_pwrite(k.c, buf, 2 * k.bs, b * k.bs) ==
+                (ssize_t)(2 * k.bs));
+        if (v % 100 == 0)
+            CHECK_EQ_INT(sqz_ctr_sync(k.c, 1), 0);
+        if (v % 500 == 0)
+            CHECK_EQ_INT(sqz_ctr_checkpoint(k.c), 0);
+        if (v % 50 == 0) {
+            struct sqz_ctr_stat st;
+            CHECK_EQ_INT(sqz_ctr_stat(k.c, &st), 0);
+        }
+    }
+    __atomic_store_n(&k.done, 1, __ATOMIC_RELEASE);
+    for (int i = 0; i < 4; i++)
+        pthread_join(th[i], NULL);
+    CHECK(!k.bad);
+    CHECK(k.reads > 100);
+    CHECK_EQ_INT(sqz_ctr_verify(k.c, quiet_report, &g_verbose), 0);
+    printf("concurrency: %llu reads\n", (unsigned long long)k.reads);
+    sqz_ctr_close(k.c);
+    free(buf);
+}
+
+/* ------------------------------------------------------------- corpus ---- */
+
+static void write_file(const char *dir, const char *name, const void *p,
+                       size_t n)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    REQUIRE(fwrite(p, 1, n, f) == n);
+    fclose(f);
+}
+
+static void write_corpus(const char *dir)
+{
+    static const sqz_alg algs[] = {SQZ_ALG_NONE, SQZ_ALG_GZIP, SQZ_ALG_SNAPPY,
+                                   SQZ_ALG_LZ4, SQZ_ALG_LZ4HC, SQZ_ALG_ZSTD};
+    for (size_t i = 0; i < sizeof algs / sizeof algs[0]; i++) {
+        history h;
+        simimg im = build_history(algs[i], 12, &h, 6 + (int)i);
+        char name[64];
+        snprintf(name, sizeof name, "valid-%s", sqz_alg_name(algs[i]));
+        write_file(dir, name, im.p, im.n);
+        if (algs[i] == SQZ_ALG_ZSTD) {
+            im.p[im.n / 2] ^= 0x10;
+            write_file(dir, "damaged-payload-zstd", im.p, im.n);
+            write_file(dir, "truncated-zstd", im.p, im.n - 100);
+            im.p[im.n / 2] ^= 0x10;
+            im.p[SQZ_ANCHOR_OFF(1) + 20] ^= 1;
+            write_file(dir, "damaged-anchor-zstd", im.p, im.n);
+            im.p[30] ^= 1;
+            write_file(dir, "damaged-header-zstd", im.p, im.n);
+        }
+        free(im.p);
+        history_free(&h);
+    }
+    sqz_params p = mkparams(SQZ_ALG_LZ4, 0, 12);
+    sqz_ctr *c = create_mem(&p);
+    simimg im = sim_read_fd(sqz_ctr_fd(c));
+    write_file(dir, "empty-lz4", im.p, im.n);
+    free(im.p);
+    sqz_ctr_close(c);
+    printf("corpus written to %s\n", dir);
+}
+
+int main(void)
+{
+    logsink sink = {0, getenv("SQZ_TEST_VERBOSE") != NULL};
+    g_verbose = sink.verbose;
+    sqz_set_log(test_log, &sink);
+    const char *corpus = getenv("SQZ_WRITE_CORPUS");
+    if (corpus) {
+        write_corpus(corpus);
+        return sqz_test_done("test_container (corpus)");
+    }
+    uint64_t seed = (uint64_t)time(NULL);
+    const char *s = getenv("SQZ_TEST_SEED");
+    if (s)
+        seed = strtoull(s, NULL, 0);
+    printf("seed %llu\n", (unsigned long long)seed);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+#define PHASE(x) do { struct timespec t1; x; clock_gettime(CLOCK_MONOTONIC, &t1); \
+        printf("%-40s %.2fs\n", #x, (double)(t1.tv_sec - t0.tv_sec) + \
+               (double)(t1.tv_nsec - t0.tv_nsec) / 1e9); t0 = t1; } while (0)
+    PHASE(test_paths());
+    PHASE(test_corruption());
+    PHASE(test_roundtrip());
+    PHASE(test_random_ops(SQZ_ALG_LZ4, 0, 12, 8000, seed));
+    PHASE(test_random_ops(SQZ_ALG_ZSTD, 1, 12, 6000, seed + 1));
+    PHASE(test_random_ops(SQZ_ALG_NONE, 0, 13, 3000, seed + 2));
+    PHASE(test_random_ops(SQZ_ALG_GZIP, 1, 16, 1500, seed + 3));
+    PHASE(test_random_ops(SQZ_ALG_SNAPPY, 0, 17, 1500, seed + 4));
+    PHASE(test_space_bounded());
+    PHASE(test_crash(seed + 5));
+    PHASE(test_concurrency());
+    printf("log lines: %d\n", sink.lines);
+    return sqz_test_done("test_container");
+}

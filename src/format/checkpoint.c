@@ -1,0 +1,160 @@
+/* Checkpoints and space reclaim: writing a CHECKPOINT record, making it
+ * durable, pointing the other anchor slot at it, then punching holes into
+ * everything before it that no live block uses. Also sqz_ctr_sync, which
+ * writes a checkpoint when enough has been appended since the last one. */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "format/format_int.h"
+
+#define SQZ_CKPT_MIN_BYTES (4u << 20)
+
+uint64_t sqz_ckpt_threshold(const sqz_ctr *c)
+{
+    uint64_t q = c->st.ix.record_bytes / 4;
+    return q > SQZ_CKPT_MIN_BYTES ? q : SQZ_CKPT_MIN_BYTES;
+}
+
+typedef struct live_range {
+    uint64_t off, len;
+} live_range;
+
+struct collect {
+    live_range *v;
+    size_t n;
+};
+
+static int collect_live(void *u, uint64_t idx, const sqz_entry *e)
+{
+    (void)idx;
+    struct collect *cl = u;
+    cl->v[cl->n].off = e->off;
+    cl->v[cl->n].len = sqz_rec_size(SQZ_DATA_PREFIX + (uint64_t)e->len);
+    cl->n++;
+    return 0;
+}
+
+static int by_offset(const void *a, const void *b)
+{
+    const live_range *x = a, *y = b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Punch [from, to) rounded inward to 4096-byte boundaries. 0, or the error
+ * that stops reclaiming. */
+static int punch(sqz_ctr *c, uint64_t from, uint64_t to)
+{
+    uint64_t a = (from + 4095) & ~(uint64_t)4095, b = to & ~(uint64_t)4095;
+    if (b <= a)
+        return 0;
+    return c->io.punch(c->io.ctx, c->fd, a, b - a);
+}
+
+/* Release dead space in [4096, limit). Best effort: failures are logged. */
+static void reclaim(sqz_ctr *c, uint64_t limit)
+{
+    if (c->punch_unsupported)
+        return;
+    struct collect cl = {0};
+    if (c->st.ix.stored_blocks) {
+        cl.v = malloc(c->st.ix.stored_blocks * sizeof *cl.v);
+        if (!cl.v) {
+            sqz_logf(1, "%s: out of memory while reclaiming space", c->label);
+            return;
+        }
+        sqz_index_each(&c->st.ix, collect_live, &cl);
+        qsort(cl.v, cl.n, sizeof *cl.v, by_offset);
+    }
+    uint64_t cur = SQZ_HDR_REGION;
+    int r = 0;
+    for (size_t i = 0; i < cl.n && r == 0; i++) {
+        if (cl.v[i].off >= limit)
+            break;
+        if (cl.v[i].off > cur)
+            r = punch(c, cur, cl.v[i].off);
+        if (cl.v[i].off + cl.v[i].len > cur)
+            cur = cl.v[i].off + cl.v[i].len;
+    }
+    if (r == 0 && cur < limit)
+        r = punch(c, cur, limit);
+    free(cl.v);
+    if (r == -EOPNOTSUPP) {
+        c->punch_unsupported = 1;
+        sqz_logf(2, "%s: the file system cannot punch holes; dead space "
+                    "is not reclaimed", c->label);
+    } else if (r < 0) {
+        sqz_logf(1, "%s: reclaiming dead space failed (error %d)", c->label, -r);
+    } else {
+        c->st.dead_bytes = 0;
+    }
+}
+
+int sqz_ctr_checkpoint_locked(sqz_ctr *c)
+{
+    if (!c->writable)
+        return -EROFS;
+    if (c->broken)
+        return -EIO;
+    uint8_t *rec;
+    uint64_t len;
+    int r = sqz_ckpt_build(&c->st.ix, c->hdr.file_id, c->st.txn, c->st.length,
+                           &rec, &len);
+    if (r < 0)
+        return r;
+    uint64_t at = c->end;
+    r = c->io.pwrite(c->io.ctx, c->fd, rec, (size_t)len, at);
+    free(rec);
+    if (r < 0) {
+        if (c->io.truncate(c->io.ctx, c->fd, at) < 0)
+            c->broken = 1;
+        return r;
+    }
+    c->end += len;
+    c->since_ckpt = 0;
+    /* the checkpoint (and everything before it) must be durable before an
+     * anchor points at it */
+    if ((r = c->io.sync(c->io.ctx, c->fd, 1)) < 0)
+        return r;
+    sqz_anchor a = {.seq = c->st.anchor_seq + 1, .ckpt_off = at, .ckpt_len = len};
+    unsigned slot = (unsigned)(a.seq & 1);
+    uint8_t sector[512] = {0};
+    sqz_anchor_encode(&a, slot, c->hdr.file_id, sector);
+    if ((r = c->io.pwrite(c->io.ctx, c->fd, sector, sizeof sector,
+                          SQZ_ANCHOR_OFF(slot))) < 0)
+        return r;
+    /* the anchor must be durable before space it no longer needs is freed */
+    if ((r = c->io.sync(c->io.ctx, c->fd, 1)) < 0)
+        return r;
+    c->st.anchor_seq = a.seq;
+    c->st.ckpt_off = at;
+    c->st.ckpt_end = at + len;
+    reclaim(c, at);
+    return 0;
+}
+
+int sqz_ctr_checkpoint(sqz_ctr *c)
+{
+    pthread_rwlock_wrlock(&c->lock);
+    int r = sqz_ctr_checkpoint_locked(c);
+    pthread_rwlock_unlock(&c->lock);
+    return r;
+}
+
+int sqz_ctr_sync(sqz_ctr *c, int datasync)
+{
+    pthread_rwlock_wrlock(&c->lock);
+    int r;
+    if (!c->writable)
+        r = 0;
+    else if (c->broken)
+        r = -EIO;
+    else if (c->since_ckpt > sqz_ckpt_threshold(c)) {
+        r = sqz_ctr_checkpoint_locked(c); /* fdatasyncs */
+        if (r == 0 && !datasync)
+            r = c->io.sync(c->io.ctx, c->fd, 0);
+    } else {
+        r = c->io.sync(c->io.ctx, c->fd, datasync);
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return r;
+}

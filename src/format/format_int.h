@@ -1,0 +1,249 @@
+/* Internal interfaces of the container library (src/format/): on-disk
+ * layout constants (docs/FORMAT.md), byte codecs of the header, anchors and
+ * records, the in-memory block index, replay, and the container object.
+ * Not installed. */
+#ifndef SQUEEZEFS_FORMAT_INT_H
+#define SQUEEZEFS_FORMAT_INT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "squeezefs/container.h"
+#include "format/io.h"
+
+/* ---- layout (docs/FORMAT.md) ---- */
+#define SQZ_FMT_VERSION 1u
+#define SQZ_HDR_REGION 4096u      /* header region; records start here */
+#define SQZ_HDR_SIZE 64u          /* used bytes of sector 0 */
+#define SQZ_ANCHOR_SIZE 48u
+#define SQZ_ANCHOR_OFF(slot) (512u + 512u * (unsigned)(slot))
+#define SQZ_REC_HDR 32u           /* record header */
+#define SQZ_DATA_PREFIX 16u       /* DATA payload before the stored bytes */
+#define SQZ_DATA_SKIP (SQZ_REC_HDR + SQZ_DATA_PREFIX)
+#define SQZ_LIST_PREFIX 16u       /* COMMIT / CHECKPOINT payload prefix */
+#define SQZ_ENTRY_WIRE 24u        /* one index entry in COMMIT/CHECKPOINT */
+#define SQZ_SCAN_CHUNK (1u << 20) /* replay read size */
+
+extern const unsigned char sqz_hdr_magic[8];
+#define SQZ_ANCHOR_MAGIC 0x41435153u /* "SQCA" little-endian */
+#define SQZ_REC_MAGIC 0x52435153u    /* "SQCR" little-endian */
+
+enum { SQZ_REC_DATA = 1, SQZ_REC_COMMIT = 2, SQZ_REC_CHECKPOINT = 3 };
+enum { SQZ_KIND_HOLE = 0, SQZ_KIND_COMP = 1, SQZ_KIND_RAW = 2 };
+
+/* ---- little-endian helpers ---- */
+static inline void sqz_put16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8);
+}
+static inline void sqz_put32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void sqz_put64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint16_t sqz_get16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
+static inline uint32_t sqz_get32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t sqz_get64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+static inline uint64_t sqz_align8(uint64_t v) { return (v + 7) & ~(uint64_t)7; }
+
+/* ---- checksum.c ---- */
+/* Low 32 bits of XXH3_64bits(p, n). */
+uint32_t sqz_checksum(const void *p, size_t n);
+/* Checksum of a record: low 32 bits of
+ * XXH3_64bits_withSeed(payload, plen, XXH3_64bits(hdr, 28)). */
+uint32_t sqz_checksum2(const void *hdr, size_t hn, const void *payload,
+                       size_t plen);
+
+/* ---- header.c: sector 0 and the anchor slots ---- */
+typedef struct sqz_header {
+    sqz_params params;
+    uint32_t version;
+    uint32_t flags;
+    uint64_t create_length;
+    uint64_t file_id;
+} sqz_header;
+
+void sqz_header_encode(const sqz_header *h, uint8_t out[SQZ_HDR_SIZE]);
+/* 0, -ENOENT (magic wrong: not a container), -EBADMSG (damaged),
+ * -EPROTONOSUPPORT (other format version); why receives a short reason. */
+int sqz_header_decode(const uint8_t *in, size_t n, sqz_header *h,
+                      const char **why);
+
+typedef struct sqz_anchor {
+    uint64_t seq;       /* 0 = unused slot */
+    uint64_t ckpt_off;  /* offset of the CHECKPOINT record */
+    uint64_t ckpt_len;  /* its size on disk (padded) */
+} sqz_anchor;
+
+void sqz_anchor_encode(const sqz_anchor *a, unsigned slot, uint64_t file_id,
+                       uint8_t out[SQZ_ANCHOR_SIZE]);
+/* 1 valid, 0 empty (all zero), -EBADMSG damaged. */
+int sqz_anchor_decode(const uint8_t *in, unsigned slot, uint64_t file_id,
+                      sqz_anchor *a);
+
+/* ---- index.c: in-memory block index (two-level radix) ---- */
+typedef struct sqz_entry {
+    uint64_t off;   /* offset of the DATA record; 0 = hole */
+    uint32_t len;   /* stored bytes */
+    uint32_t crc;   /* checksum of the stored bytes */
+    uint8_t kind;   /* SQZ_KIND_COMP / SQZ_KIND_RAW (HOLE when off == 0) */
+} sqz_entry;
+
+#define SQZ_CHUNK_SHIFT 10
+#define SQZ_CHUNK_ENTRIES (1u << SQZ_CHUNK_SHIFT)
+
+typedef struct sqz_index {
+    sqz_entry **chunks;      /* top array, NULL = chunk of holes */
+    uint64_t nchunks;        /* size of the top array */
+    uint32_t *chunk_used;    /* live entries per chunk */
+    uint64_t stored_blocks;
+    uint64_t raw_blocks;
+    uint64_t stored_bytes;   /* sum of len */
+    uint64_t record_bytes;   /* sum of DATA record sizes */
+} sqz_index;
+
+void sqz_index_init(sqz_index *ix);
+void sqz_index_free(sqz_index *ix);
+/* Entry of block idx, or NULL for a hole. O(1). */
+const sqz_entry *sqz_index_get(const sqz_index *ix, uint64_t idx);
+/* Set block idx (kind HOLE clears it). *replaced receives the DATA record
+ * size of the entry it replaced (0 if none). 0 or -ENOMEM. */
+int sqz_index_set(sqz_index *ix, uint64_t idx, const sqz_entry *e,
+                  uint64_t *replaced);
+/* Make sure block idx has its chunk allocated, so a later sqz_index_set
+ * of it cannot fail. 0 or -ENOMEM. */
+int sqz_index_reserve(sqz_index *ix, uint64_t idx);
+/* Remove all blocks >= first; returns the DATA record bytes removed. */
+uint64_t sqz_index_drop_from(sqz_index *ix, uint64_t first);
+/* Call fn for each stored block in ascending block order; stops at and
+ * returns the first nonzero result. */
+int sqz_index_each(const sqz_index *ix,
+                   int (*fn)(void *u, uint64_t idx, const sqz_entry *e),
+                   void *u);
+
+/* ---- record.c: record codecs ---- */
+typedef struct sqz_rec_hdr {
+    uint8_t type;
+    uint64_t seq;
+    uint32_t plen;
+    uint32_t csum;
+} sqz_rec_hdr;
+
+/* Size on disk of a record with a payload of plen bytes (padded to 8). */
+static inline uint64_t sqz_rec_size(uint64_t plen)
+{
+    return sqz_align8(SQZ_REC_HDR + plen);
+}
+/* Write the header for a payload already placed at rec+32, the checksum
+ * and zero padding. */
+void sqz_rec_seal(uint8_t *rec, uint8_t type, uint64_t file_id, uint64_t seq,
+                  uint32_t plen);
+/* Parse a record header (magic, type, file id). 0 or -EBADMSG. */
+int sqz_rec_parse(const uint8_t *rec, uint64_t file_id, sqz_rec_hdr *h);
+/* 1 if the checksum over header+payload matches. */
+int sqz_rec_verify(const uint8_t *rec, const sqz_rec_hdr *h);
+
+/* one wire index entry (COMMIT / CHECKPOINT) */
+typedef struct sqz_wire_entry {
+    uint64_t idx;
+    uint8_t kind;
+    sqz_entry e;
+} sqz_wire_entry;
+void sqz_wire_put(uint8_t *p, uint64_t idx, uint8_t kind, const sqz_entry *e);
+void sqz_wire_get(const uint8_t *p, sqz_wire_entry *w);
+
+/* Check an entry read from disk: kind, block number below max_blocks,
+ * record offset >= 4096, 8-aligned, its DATA record ending at or before
+ * limit, stored length plausible for block size bs. 0 or -EBADMSG. */
+int sqz_entry_check(const sqz_wire_entry *w, uint64_t max_blocks, size_t bs,
+                    uint64_t limit);
+
+/* Build a CHECKPOINT record of ix (txn, length) in a malloc'd buffer. */
+int sqz_ckpt_build(const sqz_index *ix, uint64_t file_id, uint64_t txn,
+                   uint64_t length, uint8_t **out, uint64_t *outlen);
+/* Parse the payload of a verified CHECKPOINT record at rec_off into a fresh
+ * index. 0 or -EBADMSG / -ENOMEM. */
+int sqz_ckpt_parse(const uint8_t *payload, uint32_t plen, uint64_t rec_off,
+                   int log2bs, sqz_index *ix, uint64_t *length);
+
+/* ---- replay.c ---- */
+typedef struct sqz_state {
+    sqz_index ix;
+    uint64_t length;
+    uint64_t txn;             /* last applied commit */
+    uint64_t valid_end;       /* end of the last applied record */
+    uint64_t anchor_seq;      /* seq of the anchor in use (0 none) */
+    uint64_t ckpt_off;        /* newest checkpoint (0 none) */
+    uint64_t ckpt_end;        /* end of it (4096 if none) */
+    uint64_t dead_bytes;
+} sqz_state;
+
+/* Load the state of the container: anchors, checkpoint, replay. file_size
+ * is the backing file's size. 0, -EBADMSG (why set), -ENOMEM, I/O errors. */
+int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
+               uint64_t file_size, sqz_state *st, const char **why);
+
+/* Load and drop the checkpoint anchor a points to: 0 valid, -EBADMSG,
+ * -ENOMEM or an I/O error. */
+int sqz_anchor_check(const sqz_io *io, int fd, const sqz_header *h,
+                     uint64_t fsize, const sqz_anchor *a);
+
+/* ---- container object ---- */
+struct sqz_ctr {
+    pthread_rwlock_t lock;
+    sqz_io io;
+    int fd;
+    int writable;
+    char *label;
+    sqz_header hdr;
+    size_t bs;
+    sqz_state st;
+    uint64_t end;            /* append position (= valid end of the log) */
+    uint64_t since_ckpt;     /* bytes appended since the newest checkpoint */
+    int broken;              /* a failed append could not be undone */
+    int punch_unsupported;   /* logged once */
+};
+
+/* read one block; caller holds the lock (shared or exclusive) */
+ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,
+                                  size_t *stored_len);
+/* commit; caller holds the lock exclusively */
+int sqz_ctr_commit_locked(sqz_ctr *c, sqz_prepared *blocks, size_t n,
+                          uint64_t new_length);
+int sqz_ctr_checkpoint_locked(sqz_ctr *c);
+/* Read and check the stored bytes of entry e into a block-sized buf
+ * (decompressed). 0, -EIO with *why set (damaged or outside the file),
+ * -ENOMEM or another I/O error. */
+int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
+                   const char **why);
+/* Open with an explicit I/O; on failure *why (if not NULL) receives the
+ * reason; never takes ownership of fd when own_fd == 0. */
+int sqz_ctr_open_internal(int fd, int flags, const char *label,
+                          const sqz_io *io, int own_fd, sqz_ctr **out,
+                          const char **why);
+/* The sync threshold: bytes appended since the last checkpoint that make
+ * sqz_ctr_sync write one. */
+uint64_t sqz_ckpt_threshold(const sqz_ctr *c);
+static inline uint64_t sqz_max_blocks(int log2bs)
+{
+    return SQZ_MAX_LENGTH >> log2bs;
+}
+
+#endif

@@ -1,0 +1,143 @@
+/* Verification of a container: header, anchor slots and their checkpoints,
+ * the log's valid end, and every live block (checksum + decompression). */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "format/format_int.h"
+
+typedef struct vctx {
+    sqz_ctr *c;
+    sqz_report_fn report;
+    void *user;
+    int problems;
+    unsigned char *buf;
+} vctx;
+
+static void problem(vctx *v, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void problem(vctx *v, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    v->problems++;
+    if (v->report)
+        v->report(v->user, msg);
+}
+
+static int check_block(void *u, uint64_t idx, const sqz_entry *e)
+{
+    vctx *v = u;
+    const char *why = "I/O error";
+    int r = sqz_block_load(v->c, e, v->buf, &why);
+    if (r == -ENOMEM)
+        return r;
+    if (r < 0)
+        problem(v, "block %llu at offset %llu: %s", (unsigned long long)idx,
+                (unsigned long long)e->off, why);
+    return 0;
+}
+
+/* Anchor policy (docs/FORMAT.md): the newest valid anchor must lead to a
+ * valid checkpoint. An older anchor's checkpoint may be gone (its space is
+ * reclaimed once a newer one is durable). A damaged slot next to a valid
+ * one is what a torn anchor write leaves: a warning, not a problem. Both
+ * slots damaged is a problem. */
+static int check_anchors(vctx *v, uint64_t fsize)
+{
+    sqz_ctr *c = v->c;
+    sqz_anchor a[2];
+    int st[2];
+    for (unsigned s = 0; s < 2; s++) {
+        uint8_t b[SQZ_ANCHOR_SIZE];
+        ssize_t r = c->io.pread(c->io.ctx, c->fd, b, sizeof b, SQZ_ANCHOR_OFF(s));
+        if (r < 0)
+            return (int)r;
+        st[s] = (size_t)r == sizeof b
+                    ? sqz_anchor_decode(b, s, c->hdr.file_id, &a[s])
+                    : -EBADMSG;
+    }
+    if (st[0] < 0 && st[1] < 0) {
+        problem(v, "both anchor slots are damaged");
+        return 0;
+    }
+    for (unsigned s = 0; s < 2; s++)
+        if (st[s] < 0 && st[!s] == 1)
+            sqz_logf(1, "%s: anchor slot %u is damaged (torn write?); slot %u "
+                        "is in use", c->label, s, !s);
+    int newest = -1;
+    for (int s = 0; s < 2; s++)
+        if (st[s] == 1 && (newest < 0 || a[s].seq > a[newest].seq))
+            newest = s;
+    if (newest >= 0) {
+        int r = sqz_anchor_check(&c->io, c->fd, &c->hdr, fsize, &a[newest]);
+        if (r == -EBADMSG)
+            problem(v, "anchor slot %d (seq %llu): checkpoint at offset %llu "
+                       "is damaged", newest, (unsigned long long)a[newest].seq,
+                    (unsigned long long)a[newest].ckpt_off);
+        else if (r < 0)
+            return r;
+    }
+    return 0;
+}
+
+int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
+{
+    vctx v = {.c = c, .report = report, .user = user};
+    v.buf = malloc(c->bs);
+    if (!v.buf)
+        return -ENOMEM;
+    pthread_rwlock_rdlock(&c->lock);
+    uint64_t fsize = 0;
+    int r = c->io.size(c->io.ctx, c->fd, &fsize, NULL);
+    if (r == 0) {
+        uint8_t hb[SQZ_HDR_SIZE];
+        sqz_header h;
+        const char *why = "header unreadable";
+        ssize_t got = c->io.pread(c->io.ctx, c->fd, hb, sizeof hb, 0);
+        if (got < 0)
+            r = (int)got;
+        else if (sqz_header_decode(hb, (size_t)got, &h, &why) < 0)
+            problem(&v, "%s", why);
+        else if (h.file_id != c->hdr.file_id)
+            problem(&v, "header changed since the container was opened");
+    }
+    if (r == 0)
+        r = check_anchors(&v, fsize);
+    if (r == 0 && fsize > c->end)
+        problem(&v, "%llu bytes after offset %llu are not part of the valid "
+                    "log (torn tail or damaged record)",
+                (unsigned long long)(fsize - c->end), (unsigned long long)c->end);
+    if (r == 0)
+        r = sqz_index_each(&c->st.ix, check_block, &v);
+    pthread_rwlock_unlock(&c->lock);
+    free(v.buf);
+    return r < 0 ? r : v.problems;
+}
+
+int sqz_verify_fd(int fd, const char *label, sqz_report_fn report, void *user)
+{
+    int dfd = dup(fd);
+    if (dfd < 0)
+        return -errno;
+    sqz_ctr *c;
+    const char *why = NULL;
+    int r = sqz_ctr_open_internal(dfd, SQZ_OPEN_RDONLY, label, &sqz_io_syscalls,
+                                  1, &c, &why);
+    if (r == -EBADMSG) {
+        if (report)
+            report(user, why ? why : "not a valid container");
+        return 1;
+    }
+    if (r < 0)
+        return r;
+    r = sqz_ctr_verify(c, report, user);
+    sqz_ctr_close(c);
+    return r;
+}
