@@ -69,3 +69,54 @@ def mount_factory(tmp_path, sqz_bin):
 def mnt(mount_factory):
     """A squeezefs mount with default options."""
     return mount_factory()
+
+
+@pytest.fixture
+def public_mount_factory(sqz_bin):
+    """Like mount_factory, but the mount lives in a world-traversable temp
+    dir (mode 0755, outside pytest's 0700 basetemp) so that tests can access
+    it as another user (e.g. uid 65534 with -o allow_other).
+    public_mount_factory(options=(), backing=None, name='mnt') -> Mount."""
+    import tempfile
+    if not fuse_available():
+        pytest.skip("FUSE is not available (/dev/fuse or fusermount3 missing)")
+    base = tempfile.mkdtemp(prefix="sqz-public-")
+    os.chmod(base, 0o755)
+    made = []
+
+    def make(options=(), backing=None, name="mnt", **kw):
+        b = backing or os.path.join(base, name + "-backing")
+        os.makedirs(b, exist_ok=True)
+        m = Mount(b, os.path.join(base, name), options=options, **kw)
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        if m.proc is not None:
+            try:
+                m.unmount(timeout=30)
+            except Exception:
+                m.kill()
+    if not any(m.proc is not None for m in made):
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_as(uid, code, gid=None, timeout=60):
+    """Run Python `code` in a child process as uid (and gid, default = uid)
+    and return CompletedProcess (text). For permission tests."""
+    gid = uid if gid is None else gid
+
+    def demote():
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+    # sys.executable may live under root's 0700 home: prefer a system python
+    exe = sys.executable
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(cand, os.X_OK):
+            exe = cand
+            break
+    return subprocess.run([exe, "-c", code], capture_output=True,
+                          text=True, timeout=timeout, preexec_fn=demote,
+                          cwd="/")

@@ -1,0 +1,415 @@
+"""Mount options of squeezefs: accepted values take effect, bad ones fail
+fast (exit 1, a clear message, nothing mounted)."""
+import errno
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from conftest import run_as
+from mountlib import is_mounted, run_cli, squeezefs_bin
+
+KiB = 1024
+MiB = 1024 * 1024
+NOBODY = 65534
+
+
+def text(n, seed=0):
+    line = b"".join(b"row %07d squeezefs mount option test %d\n" % (i, seed) for i in range(2048))
+    return (line * (n // len(line) + 1))[:n]
+
+
+def wr(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def rd(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def sqz_stat(path):
+    return json.loads(run_cli("stat", "--json", path).stdout)
+
+
+def sqz_stats(mnt):
+    return json.loads(run_cli("stats", "--json", mnt).stdout)
+
+
+def mount_entry(path):
+    path = os.path.realpath(path)
+    with open("/proc/mounts") as f:
+        for line in f:
+            dev, mp, typ, opts = line.split()[:4]
+            if mp == path:
+                return dev, typ, opts.split(",")
+    return None
+
+
+# ---------------------------------------------------------------- failures
+
+def expect_mount_failure(tmp_path, options, backing=None, foreground=True,
+                         words=()):
+    """Run squeezefs with options; it must exit 1 within a few seconds with
+    a message on stderr containing every string of `words` (case-insensitive)
+    and leave nothing mounted."""
+    if backing is None:
+        backing = tmp_path / "backing"
+        backing.mkdir(exist_ok=True)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir(exist_ok=True)
+    cmd = [squeezefs_bin()] + (["-f"] if foreground else [])
+    if options:
+        cmd += ["-o", ",".join(options)]
+    cmd += [str(backing), str(mnt)]
+    t0 = time.time()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=10)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        err = "(killed after 10 s) " + err
+    elapsed = time.time() - t0
+    mounted = is_mounted(mnt)
+    if mounted:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        time.sleep(0.2)
+        if is_mounted(mnt):
+            subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+    assert not mounted, f"{cmd} mounted (must refuse); stderr: {err}"
+    assert p.returncode == 1, f"{cmd}: exit status {p.returncode}, want 1; stderr: {err}"
+    assert elapsed < 5, f"{cmd} took {elapsed:.1f}s to fail"
+    assert err.strip(), f"{cmd}: no message on stderr"
+    for w in words:
+        assert w.lower() in err.lower(), f"{cmd}: stderr does not mention {w!r}: {err}"
+    return err
+
+
+BAD_OPTIONS = [
+    (["compress=zstd:99"], ["99"]),
+    (["compress=zsdt:3"], ["zsdt"]),
+    (["compress=gzip:10"], ["10"]),
+    (["compress=lz4hc:0"], ["lz4hc"]),
+    (["compress=zstd/3K"], ["3K"]),
+    (["compress=17 1 0"], []),          # kdb+ q IPC (1) is not supported
+    (["compress="], ["compress"]),
+    (["block=3K"], ["3K"]),
+    (["block=2M"], ["2M"]),
+    (["block=11"], ["block"]),
+    (["block=21"], ["block"]),
+    (["threads=-1"], ["threads"]),
+    (["threads=abc"], ["threads"]),
+    (["cache=abc"], ["cache"]),
+    (["cache=-5M"], ["cache"]),
+    (["min_saving=abc"], ["min_saving"]),
+    (["min_saving=101"], ["min_saving"]),
+    (["foo=bar"], ["foo"]),
+    (["nosuchflag"], ["nosuchflag"]),
+    (["policy=/nonexistent/rules"], ["/nonexistent/rules"]),
+]
+
+
+@pytest.mark.parametrize("options,words", BAD_OPTIONS, ids=[o[0][0] or "empty" for o in BAD_OPTIONS])
+def test_bad_option_fails(tmp_path, sqz_bin, options, words):
+    expect_mount_failure(tmp_path, options, words=words)
+
+
+def test_bad_option_fails_without_foreground(tmp_path, sqz_bin):
+    """Without -f the daemon must reject options before it daemonizes."""
+    expect_mount_failure(tmp_path, ["compress=zstd:99"], foreground=False, words=["99"])
+
+
+def test_bad_option_among_good_ones(tmp_path, sqz_bin):
+    expect_mount_failure(tmp_path, ["compress=zstd:3/128K", "cache=64M", "threads=nope"],
+                         words=["threads"])
+
+
+def test_rule_file_with_bad_line(tmp_path, sqz_bin):
+    rules = tmp_path / "bad.rules"
+    rules.write_text("# rules\n*.log gzip:9/64K\n*.dat zsdt:3\n")
+    err = expect_mount_failure(tmp_path, [f"policy={rules}"], words=["bad.rules"])
+    assert ":3" in err, f"the message should name line 3: {err}"
+
+
+def test_rule_file_bad_block(tmp_path, sqz_bin):
+    rules = tmp_path / "r.rules"
+    rules.write_text("*.x zstd:3/5K\n")
+    expect_mount_failure(tmp_path, [f"policy={rules}"], words=["r.rules"])
+
+
+def test_backing_missing(tmp_path, sqz_bin):
+    missing = tmp_path / "does-not-exist"
+    expect_mount_failure(tmp_path, [], backing=missing, words=[str(missing)])
+
+
+def test_backing_not_a_directory(tmp_path, sqz_bin):
+    f = tmp_path / "plainfile"
+    f.write_text("x")
+    expect_mount_failure(tmp_path, [], backing=f, words=[str(f)])
+
+
+def test_wrong_argument_count(tmp_path, sqz_bin):
+    p = subprocess.run([squeezefs_bin(), "-f", str(tmp_path)], capture_output=True,
+                       text=True, timeout=10)
+    assert p.returncode != 0 and p.stderr.strip()
+
+
+# ---------------------------------------------------------------- success
+
+def test_proc_mounts_type_and_clean_unmount(mount_factory):
+    m = mount_factory()
+    e = mount_entry(m.mnt)
+    assert e is not None, "not in /proc/mounts"
+    assert e[1] == "fuse.squeezefs", e
+    wr(m.path("f"), b"x")
+    assert m.unmount() == 0, m.log()
+    assert not is_mounted(m.mnt)
+
+
+@pytest.mark.parametrize("spec,alg,level,lbs", [
+    (None, "zstd", 1, 17),              # the default: zstd:1/128K
+    ("zstd:3/128K", "zstd", 3, 17),
+    ("lz4hc:9/64K", "lz4hc", 9, 16),
+    ("gzip", "gzip", 6, 17),
+    ("none", "none", 0, 17),
+    ("snappy", "snappy", 0, 17),
+    ("lz4", "lz4", 0, 17),
+    ("17 2 6", "gzip", 6, 17),          # kdb+ triple: lbs 17, gzip, level 6
+    ("12 5 -3", "zstd", -3, 12),
+    ("zstd/1M", "zstd", 3, 20),
+    ("gzip:9/4096", "gzip", 9, 12),
+])
+def test_compress_option(mount_factory, spec, alg, level, lbs):
+    m = mount_factory(options=[f"compress={spec}"] if spec else [])
+    data = text(700 * KiB)
+    wr(m.path("f"), data)
+    assert rd(m.path("f")) == data
+    s = sqz_stat(m.path("f"))
+    assert s["algorithm"] == alg, s
+    assert s["zipLevel"] == level, s
+    assert s["logicalBlockSize"] == lbs, s
+    assert s["uncompressedLength"] == len(data)
+    if alg != "none":
+        assert s["compressedLength"] < len(data) // 2, s
+    m.unmount()
+    assert run_cli("verify", m.backing, check=False).returncode == 0
+
+
+@pytest.mark.parametrize("block,lbs", [("4K", 12), ("64K", 16), ("1M", 20), ("14", 14),
+                                       ("131072", 17)])
+def test_block_option(mount_factory, block, lbs):
+    m = mount_factory(options=["compress=zstd:3", f"block={block}"])
+    data = text(300 * KiB + 5)
+    wr(m.path("f"), data)
+    assert rd(m.path("f")) == data
+    s = sqz_stat(m.path("f"))
+    assert (s["algorithm"], s["zipLevel"], s["logicalBlockSize"]) == ("zstd", 3, lbs), s
+
+
+@pytest.mark.parametrize("opts", [["threads=1"], ["threads=4"], ["cache=1M"], ["cache=64M"],
+                                  ["min_saving=0"], ["min_saving=50"],
+                                  ["threads=2", "cache=8M", "compress=lz4/4K"]])
+def test_tuning_options_work(mount_factory, opts):
+    m = mount_factory(options=opts)
+    rnd = os.urandom(200 * KiB)
+    files = {f"f{i}": text(500 * KiB + i, i) + rnd for i in range(4)}
+    for k, v in files.items():
+        wr(m.path(k), v)
+    for k, v in files.items():
+        assert rd(m.path(k)) == v
+    m.unmount()
+    m.start()
+    for k, v in files.items():
+        assert rd(m.path(k)) == v
+
+
+def half_random(n, seed=1):
+    """Blocks that compress to roughly 55%: random bytes interleaved with zeros."""
+    import random
+    r = random.Random(seed)
+    out = bytearray()
+    while len(out) < n:
+        out += r.randbytes(2048) + bytes(1700)
+    return bytes(out[:n])
+
+
+def test_min_saving(mount_factory):
+    data = half_random(1 * MiB)
+    m = mount_factory(options=["compress=zstd:1/64K", "min_saving=70"], name="hi")
+    wr(m.path("f"), data)
+    assert rd(m.path("f")) == data
+    s = sqz_stat(m.path("f"))
+    # every block saves < 70%: all stored raw
+    assert s["rawBlocks"] == s["blocks"] == 16, s
+    m2 = mount_factory(options=["compress=zstd:1/64K", "min_saving=10"], name="lo")
+    wr(m2.path("f"), data)
+    s2 = sqz_stat(m2.path("f"))
+    assert s2["rawBlocks"] == 0, s2
+    assert s2["compressedLength"] < 0.75 * len(data), s2
+
+
+def test_cache_option_bounds_cache(mount_factory):
+    m = mount_factory(options=["compress=zstd:1/128K", "cache=1M"])
+    data = text(8 * MiB)
+    wr(m.path("f"), data)
+    m.unmount()
+    m.start()
+    assert rd(m.path("f")) == data
+    st = sqz_stats(m.mnt)
+    assert st["cache_bytes"] <= 1 * MiB + 128 * KiB, st
+
+
+def test_ro(mount_factory):
+    m = mount_factory()
+    os.mkdir(m.path("d"))
+    wr(m.path("d/f"), b"read only data")
+    m.unmount()
+    ro = mount_factory(options=["ro"], backing=m.backing, name="ro")
+    assert "ro" in mount_entry(ro.mnt)[2]
+    assert rd(ro.path("d/f")) == b"read only data"
+    for fn in (lambda: wr(ro.path("new"), b"x"),
+               lambda: os.open(ro.path("d/f"), os.O_WRONLY),
+               lambda: os.mkdir(ro.path("d2")),
+               lambda: os.unlink(ro.path("d/f")),
+               lambda: os.rename(ro.path("d/f"), ro.path("g")),
+               lambda: os.truncate(ro.path("d/f"), 0),
+               lambda: os.chmod(ro.path("d/f"), 0o600),
+               lambda: os.setxattr(ro.path("d/f"), "user.x", b"1")):
+        with pytest.raises(OSError) as ei:
+            fn()
+        assert ei.value.errno == errno.EROFS
+    before = os.stat(os.path.join(m.backing, "d/f"))
+    ro.unmount()
+    after = os.stat(os.path.join(m.backing, "d/f"))
+    assert (before.st_size, before.st_mtime_ns) == (after.st_size, after.st_mtime_ns)
+
+
+PROBE = r"""
+import errno, os, sys
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+M = sys.argv[1] if len(sys.argv) > 1 else {mnt!r}
+def rd(p):
+    with open(p, "rb") as f:
+        return f.read()
+def wr(p, d):
+    with open(p, "wb") as f:
+        f.write(d)
+res = {{}}
+res["list"] = attempt(lambda: os.listdir(M))
+res["read_public"] = attempt(lambda: rd(os.path.join(M, "public")))
+res["read_private"] = attempt(lambda: rd(os.path.join(M, "private")))
+res["write_public"] = attempt(lambda: open(os.path.join(M, "public"), "r+b").close())
+res["create_shared"] = attempt(lambda: wr(os.path.join(M, "shared", "mine"), b"by nobody"))
+res["create_root"] = attempt(lambda: wr(os.path.join(M, "nope"), b"x"))
+st = None
+try:
+    st = os.stat(os.path.join(M, "shared", "mine"))
+except OSError:
+    pass
+res["owner"] = (st.st_uid, st.st_gid) if st else None
+print(repr(res))
+"""
+
+
+def prepare_perm_tree(m):
+    wr(m.path("public"), b"public data")
+    os.chmod(m.path("public"), 0o644)
+    wr(m.path("private"), b"secret")
+    os.chmod(m.path("private"), 0o600)
+    os.mkdir(m.path("shared"))
+    os.chmod(m.path("shared"), 0o777)
+    os.chmod(m.mnt, 0o755)
+
+
+def test_allow_other_enforces_permissions(public_mount_factory):
+    m = public_mount_factory(options=["allow_other"])
+    prepare_perm_tree(m)
+    p = run_as(NOBODY, PROBE.format(mnt=m.mnt))
+    assert p.returncode == 0, p.stderr
+    res = eval(p.stdout)
+    assert res["list"] == "ok", res
+    assert res["read_public"] == "ok", res
+    assert res["read_private"] == "EACCES", res      # default_permissions is forced
+    assert res["write_public"] == "EACCES", res
+    assert res["create_root"] == "EACCES", res
+    assert res["create_shared"] == "ok", res
+    assert res["owner"] == (NOBODY, NOBODY), res     # new files belong to their creator
+    st = os.lstat(os.path.join(m.backing, "shared", "mine"))
+    assert st.st_uid == NOBODY
+    assert rd(m.path("shared", "mine")) == b"by nobody"
+
+
+def test_without_allow_other_others_are_locked_out(public_mount_factory):
+    m = public_mount_factory()
+    prepare_perm_tree(m)
+    p = run_as(NOBODY, PROBE.format(mnt=m.mnt))
+    assert p.returncode == 0, p.stderr
+    res = eval(p.stdout)
+    assert res["list"] == "EACCES" and res["read_public"] == "EACCES", res
+
+
+def test_default_permissions_for_root_mount(public_mount_factory):
+    """default_permissions alone: the kernel checks modes (root still may)."""
+    m = public_mount_factory(options=["default_permissions"])
+    prepare_perm_tree(m)
+    assert rd(m.path("private")) == b"secret"
+    assert "default_permissions" in mount_entry(m.mnt)[2]
+
+
+def test_allow_other_shows_default_permissions(public_mount_factory):
+    m = public_mount_factory(options=["allow_other"])
+    opts = mount_entry(m.mnt)[2]
+    assert "allow_other" in opts and "default_permissions" in opts, opts
+
+
+def test_writeback_option(mount_factory):
+    import mmap
+    m = mount_factory(options=["writeback", "compress=lz4/4K"])
+    p = m.path("wb")
+    data = bytearray(text(1 * MiB))
+    fd = os.open(p, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        for off in range(0, len(data), 4099):
+            os.pwrite(fd, bytes(data[off:off + 4099]), off)
+        os.pwrite(fd, b"!", 3 * MiB)
+        data += bytes(3 * MiB - len(data)) + b"!"
+        assert os.fstat(fd).st_size == len(data)
+        mp = mmap.mmap(fd, len(data))
+        mp[10:15] = b"MMAP!"
+        data[10:15] = b"MMAP!"
+        mp.flush()
+        mp.close()
+        os.ftruncate(fd, 2 * MiB)
+        del data[2 * MiB:]
+        os.fsync(fd)
+        assert os.pread(fd, len(data) + 1, 0) == bytes(data)
+    finally:
+        os.close(fd)
+    assert os.stat(p).st_size == len(data)
+    m.unmount()
+    m.start()
+    assert rd(p) == bytes(data)
+
+
+def test_writeback_is_off_by_default(mount_factory):
+    """Without -o writeback every write(2) reaches the daemon at once
+    (visible in logical_bytes_written before any flush/close)."""
+    m = mount_factory()
+    fd = os.open(m.path("f"), os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        before = sqz_stats(m.mnt)["logical_bytes_written"]
+        for _ in range(25):
+            os.write(fd, b"w" * 4096)
+        after = sqz_stats(m.mnt)["logical_bytes_written"]
+        assert after - before == 25 * 4096
+    finally:
+        os.close(fd)

@@ -1,0 +1,178 @@
+"""`squeezefs stats` counters of a live mount and `squeezefs stat` of files."""
+import json
+import os
+import random
+
+
+from mountlib import run_cli
+
+KiB = 1024
+MiB = 1024 * 1024
+
+KEYS = {"logical_bytes_read", "logical_bytes_written", "backing_bytes_read",
+        "backing_bytes_written", "blocks_decompressed", "bytes_decompressed",
+        "blocks_compressed", "bytes_compressed", "raw_blocks_stored", "cache_hits",
+        "cache_misses", "cache_bytes", "dirty_bytes"}
+
+
+def text(n, seed=0):
+    line = b"".join(b"%07d lorem ipsum dolor sit amet, consectetur %d\n" % (i, seed)
+                    for i in range(4096))
+    return (line * (n // len(line) + 1))[:n]
+
+
+def stats(m):
+    return json.loads(run_cli("stats", "--json", m.mnt).stdout)
+
+
+def delta(a, b):
+    return {k: b[k] - a[k] for k in KEYS}
+
+
+def wr(path, data):
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def test_stats_keys(mnt):
+    s = stats(mnt)
+    assert set(s) == KEYS, f"extra {set(s) - KEYS}, missing {KEYS - set(s)}"
+    for k, v in s.items():
+        assert isinstance(v, int) and v >= 0, (k, v)
+    p = run_cli("stats", mnt.mnt)  # human form works too
+    assert p.stdout.strip()
+
+
+def test_logical_bytes_written(mnt):
+    n = 1234567
+    before = stats(mnt)
+    fd = os.open(mnt.path("f"), os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        data = text(n)
+        off = 0
+        while off < n:
+            off += os.write(fd, data[off:off + 100000])
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    d = delta(before, stats(mnt))
+    assert d["logical_bytes_written"] == n, d
+    # committed: compressed blocks went to the backing file, smaller than the input
+    assert d["blocks_compressed"] >= n // (128 * KiB), d
+    assert 0 < d["backing_bytes_written"] < n // 2, d
+
+
+def test_raw_blocks_counted(mount_factory):
+    m = mount_factory(options=["compress=zstd:1/64K"])
+    before = stats(m)
+    wr(m.path("rnd"), random.Random(1).randbytes(1 * MiB))
+    d = delta(before, stats(m))
+    assert d["raw_blocks_stored"] == 16, d
+    assert d["logical_bytes_written"] == MiB, d
+
+
+def test_dirty_bytes_zero_after_fsync(mnt):
+    fd = os.open(mnt.path("f"), os.O_CREAT | os.O_WRONLY, 0o644)
+    try:
+        os.write(fd, text(3 * MiB))
+        os.fsync(fd)
+        assert stats(mnt)["dirty_bytes"] == 0
+    finally:
+        os.close(fd)
+    assert stats(mnt)["dirty_bytes"] == 0
+
+
+def test_cold_random_4k_read_decompresses_one_block(mount_factory):
+    m = mount_factory(options=["compress=zstd:1/128K"])
+    data = text(8 * MiB, 2)
+    wr(m.path("f"), data)
+    m.unmount()
+    m.start()  # drop page cache and block cache
+    fd = os.open(m.path("f"), os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        before = stats(m)
+        off = 5 * MiB + 3 * 4096
+        assert os.pread(fd, 4096, off) == data[off:off + 4096]
+        d = delta(before, stats(m))
+    finally:
+        os.close(fd)
+    assert d["blocks_decompressed"] == 1, d
+    assert d["bytes_decompressed"] == 128 * KiB, d
+    assert d["cache_misses"] >= 1, d
+    assert 4096 <= d["logical_bytes_read"] <= 128 * KiB, d
+    assert 0 < d["backing_bytes_read"] < 128 * KiB, d
+
+
+def test_second_read_is_cached(mount_factory):
+    m = mount_factory(options=["compress=zstd:1/128K"])
+    data = text(4 * MiB, 3)
+    nblocks = 32
+    wr(m.path("f"), data)
+    m.unmount()
+    m.start()
+    fd = os.open(m.path("f"), os.O_RDONLY)
+    try:
+        s0 = stats(m)
+        assert os.pread(fd, len(data), 0) == data
+        s1 = stats(m)
+        assert os.pread(fd, len(data), 0) == data
+        s2 = stats(m)
+    finally:
+        os.close(fd)
+    d1, d2 = delta(s0, s1), delta(s1, s2)
+    # (a block may be decompressed twice when read-ahead races the reader)
+    assert nblocks <= d1["blocks_decompressed"] <= 2 * nblocks, d1
+    assert len(data) <= d1["logical_bytes_read"] <= len(data) + 256 * KiB, d1
+    assert d2["blocks_decompressed"] < nblocks, d2
+
+
+def test_block_cache_hits_across_opens(mount_factory):
+    """Reading a file again after closing it: served without decompressing
+    every block again (page cache or block cache)."""
+    m = mount_factory(options=["compress=lz4/64K"])
+    data = text(2 * MiB, 4)
+    wr(m.path("f"), data)
+    m.unmount()
+    m.start()
+    with open(m.path("f"), "rb") as f:
+        assert f.read() == data
+        # while the file is open its decompressed blocks sit in the block cache
+        assert stats(m)["cache_bytes"] > 0
+    s1 = stats(m)
+    with open(m.path("f"), "rb") as f:
+        assert f.read() == data
+    d = delta(s1, stats(m))
+    assert d["blocks_decompressed"] < 32, d
+
+
+def test_stat_json_of_mount_file(mnt):
+    data = text(2 * MiB)
+    wr(mnt.path("t.txt"), data)
+    s = json.loads(run_cli("stat", "--json", mnt.path("t.txt")).stdout)
+    assert s["uncompressedLength"] == len(data), s
+    assert 0 < s["compressedLength"] < s["uncompressedLength"], s
+    assert s["ratio"] > 1, s
+    assert s["algorithm"] == "zstd" and s["zipLevel"] == 1 and s["logicalBlockSize"] == 17, s
+    assert s["blocks"] == 16, s
+    # while open with unflushed writes, stat still reports the logical length
+    fd = os.open(mnt.path("t.txt"), os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, b"x" * 1000)
+        s = json.loads(run_cli("stat", "--json", mnt.path("t.txt")).stdout)
+        assert s["uncompressedLength"] == len(data) + 1000, s
+    finally:
+        os.close(fd)
+
+
+def test_stat_json_random_data_ratio(mnt):
+    wr(mnt.path("r"), os.urandom(512 * KiB))
+    s = json.loads(run_cli("stat", "--json", mnt.path("r")).stdout)
+    assert s["uncompressedLength"] == 512 * KiB
+    assert s["rawBlocks"] == s["blocks"] == 4, s
+    assert s["ratio"] <= 1.0 + 1e-9, s
+
+
+def test_stats_on_non_mount_fails(tmp_path, sqz_bin):
+    p = run_cli("stats", "--json", tmp_path, check=False)
+    assert p.returncode != 0 and p.stderr.strip()
