@@ -7,7 +7,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import Mount, squeezefs_bin, run_cli  # noqa: E402
+from mountlib import Mount, squeezefs_bin, run_cli, system_python  # noqa: E402
 
 
 def pytest_configure(config):
@@ -111,12 +111,6 @@ def run_as(uid, code, gid=None, timeout=60):
         os.setgroups([])
         os.setgid(gid)
         os.setuid(uid)
-    # sys.executable may live under root's 0700 home: prefer a system python
-    exe = sys.executable
-    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        if os.access(cand, os.X_OK):
-            exe = cand
-            break
-    return subprocess.run([exe, "-c", code], capture_output=True,
+    return subprocess.run([system_python(), "-c", code], capture_output=True,
                           text=True, timeout=timeout, preexec_fn=demote,
                           cwd="/")

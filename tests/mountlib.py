@@ -2,6 +2,7 @@
 import os
 import signal
 import subprocess
+import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -11,6 +12,15 @@ def squeezefs_bin():
     """Path of the squeezefs binary under test ($SQUEEZEFS_BIN or build/)."""
     b = os.environ.get("SQUEEZEFS_BIN") or os.path.join(ROOT, "build", "squeezefs")
     return os.path.abspath(b)
+
+
+def system_python():
+    """A python3 that other users can execute (sys.executable may live under
+    root's 0700 home, e.g. pyenv): for tests that drop privileges."""
+    for cand in ("/usr/bin/python3", "/usr/local/bin/python3"):
+        if os.access(cand, os.X_OK):
+            return cand
+    return sys.executable
 
 
 def run_cli(*args, check=True, input=None, timeout=300, env=None):

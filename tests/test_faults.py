@@ -32,6 +32,15 @@ def write_fsync(path, data):
         os.fsync(f.fileno())
 
 
+def write_fsync_chunks(path, data, chunk=256 << 10):
+    """Write data in chunks, fsync after each: several backing writes, so an
+    Nth-write fault lands whatever the daemon's commit batching is."""
+    with open(path, "wb", buffering=0) as f:
+        for off in range(0, len(data), chunk):
+            f.write(data[off:off + chunk])
+            os.fsync(f.fileno())
+
+
 def sha(b):
     return hashlib.sha256(b).hexdigest()
 
@@ -130,7 +139,7 @@ def test_backing_write_faults(mount_factory, tmp_path, fault_shim, mode, nth, co
     victim = text_data(2 << 20, 4) + os.urandom(256 << 10)
     err = None
     try:
-        write_fsync(m.path("victim"), victim)
+        write_fsync_chunks(m.path("victim"), victim)
     except OSError as e:
         err = e
     arm.unlink()

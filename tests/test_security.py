@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from mountlib import Mount, run_cli
+from mountlib import Mount, run_cli, system_python
 
 NOBODY = 65534
 POLICY_XATTR = "user.squeezefs.policy"
@@ -100,7 +100,7 @@ def run_as_nobody(code, *args):
         os.setgroups([])
         os.setgid(NOBODY)
         os.setuid(NOBODY)
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)],
+    return subprocess.run([system_python(), "-c", code, *map(str, args)],
                           preexec_fn=demote, capture_output=True, text=True,
                           timeout=60, cwd="/")
 
