@@ -101,9 +101,11 @@ int sqz_ctr_open_path(const char *path, int flags, sqz_ctr **out);
 int sqz_ctr_create_path(const char *path, const sqz_params *p, mode_t mode,
                         sqz_ctr **out);
 
-/* 1 if the first bytes of fd look like a container header (magic + header
- * checksum valid), 0 if not (a plain file), negative errno on I/O error.
- * Does not move the file offset. */
+/* 1 if the first bytes of fd are a valid container header (magic + header
+ * checksum), 0 if the file is not a container (a plain file), -EBADMSG if
+ * it is a container whose header is damaged (header magic, anchor or
+ * record magics present), other negative errno on I/O error. Does not move
+ * the file offset. */
 int sqz_ctr_probe_fd(int fd);
 
 /* Close: writes pending commits (not fsync) and frees. Returns the first

@@ -178,6 +178,10 @@ int sqz_ctr_create_path(const char *path, const sqz_params *p, mode_t mode,
     return sqz_ctr_create_fd(fd, p, path, out);
 }
 
+/* A file whose header does not decode is a plain file, unless the rest of
+ * it is unmistakably a container (header magic, an anchor slot magic at
+ * 512/1024, or a record magic where the log starts): then its header is
+ * damaged and serving its bytes as plain data would return wrong bytes. */
 int sqz_ctr_probe_fd(int fd)
 {
     uint8_t hb[SQZ_HDR_SIZE];
@@ -186,7 +190,23 @@ int sqz_ctr_probe_fd(int fd)
         return (int)got;
     sqz_header h;
     const char *why;
-    return sqz_header_decode(hb, (size_t)got, &h, &why) == 0;
+    if (sqz_header_decode(hb, (size_t)got, &h, &why) == 0)
+        return 1;
+    if ((size_t)got >= sizeof sqz_hdr_magic &&
+        memcmp(hb, sqz_hdr_magic, sizeof sqz_hdr_magic) == 0)
+        return -EBADMSG;
+    static const uint64_t marks[] = {SQZ_ANCHOR_OFF(0), SQZ_ANCHOR_OFF(1),
+                                     SQZ_HDR_REGION};
+    for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
+        uint8_t m[4];
+        ssize_t r = sqz_io_syscalls.pread(NULL, fd, m, sizeof m, marks[i]);
+        if (r < 0)
+            return (int)r;
+        uint32_t want = i < 2 ? SQZ_ANCHOR_MAGIC : SQZ_REC_MAGIC;
+        if (r == (ssize_t)sizeof m && sqz_get32(m) == want)
+            return -EBADMSG;
+    }
+    return 0;
 }
 
 int sqz_ctr_close(sqz_ctr *c)

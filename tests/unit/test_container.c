@@ -802,7 +802,7 @@ static void test_corruption(void)
     im.p[20] ^= 1;
     int fd = memfd_with(im.p, im.n);
     CHECK_EQ_INT(sqz_verify_fd(fd, "damaged", quiet_report, &g_verbose), 1);
-    CHECK_EQ_INT(sqz_ctr_probe_fd(fd), 0);
+    CHECK_EQ_INT(sqz_ctr_probe_fd(fd), -EBADMSG); /* damaged, not plain */
     close(fd);
     fd = memfd_with(orig.p, orig.n);
     CHECK_EQ_INT(sqz_verify_fd(fd, "clean", quiet_report, &g_verbose), 0);
@@ -968,6 +968,22 @@ static void test_tail_vs_damage(void)
     CHECK_EQ_INT(write(t, img, torn), (ssize_t)torn);
     CHECK_EQ_INT(sqz_verify_fd(t, "torn", quiet_report, &g_verbose), 0);
     close(t);
+    /* a destroyed header (magic and all) still probes as a damaged
+     * container, never as a plain file whose bytes would be served */
+    int h = memfd_create("hdr", MFD_CLOEXEC);
+    REQUIRE(h >= 0);
+    char *bad = malloc(ends[3]);
+    REQUIRE(bad);
+    memcpy(bad, img, ends[3]);
+    memset(bad, 0xff, 64);
+    CHECK_EQ_INT(write(h, bad, ends[3]), (ssize_t)ends[3]);
+    CHECK_EQ_INT(sqz_ctr_probe_fd(h), -EBADMSG);
+    bad[0] ^= 0xff; /* magic intact again, checksum still wrong */
+    CHECK_EQ_INT(pwrite(h, bad, 64, 0), 64);
+    CHECK_EQ_INT(sqz_ctr_probe_fd(h), -EBADMSG);
+    CHECK(sqz_verify_fd(h, "hdr", quiet_report, &g_verbose) >= 1);
+    close(h);
+    free(bad);
     /* damage in the middle: flip a byte inside the second transaction */
     uint64_t mid = ends[0] + (ends[1] - ends[0]) / 2;
     img[mid] ^= 0x40;
