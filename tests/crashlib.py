@@ -15,6 +15,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 
 WRITER = r'''
 import hashlib, os, random, sys, time
@@ -30,6 +31,9 @@ def payload(n):
         else:
             out += b",".join(rnd.choice(words) for _ in range(8)) + b"\n"
     return bytes(out[:n])
+if not os.path.ismount(mnt):
+    sys.stderr.write(f"writer: {mnt} is not a mount point\n")
+    sys.exit(3)
 log = open(logpath, "a", buffering=1)
 fds, sizes, seqs = {}, {}, {}
 seq = 0
@@ -39,6 +43,7 @@ try:
         fd = os.open(os.path.join(mnt, name), os.O_RDWR | os.O_CREAT, 0o644)
         fds[name] = fd
         sizes[name] = os.fstat(fd).st_size
+    log.write("R\n")  # ready: every file is open on the mount
     while True:
         name = rnd.choice(list(fds))
         fd = fds[name]
@@ -65,10 +70,27 @@ except OSError as e:
 '''
 
 
-def start_writer(mnt, logpath, seed, nfiles=3, prefix="f"):
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(mnt), str(logpath),
-                             str(seed), str(nfiles), prefix],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+def start_writer(mnt, logpath, seed, nfiles=3, prefix="f", timeout=30):
+    """Start the writer and return once it has opened its files on the
+    mount (its "R" line), so a kill that follows always hits a live
+    workload (else a slow start could open files after the daemon died,
+    on the bare mount point directory)."""
+    p = subprocess.Popen([sys.executable, "-c", WRITER, str(mnt), str(logpath),
+                          str(seed), str(nfiles), prefix],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if p.poll() is not None:
+            break
+        try:
+            with open(logpath) as f:
+                if any(line == "R\n" for line in f):
+                    return p
+        except FileNotFoundError:
+            pass
+        time.sleep(0.01)
+    err = stop_writer(p, timeout=1)
+    raise AssertionError(f"writer did not start (exit {p.returncode}): {err}")
 
 
 def stop_writer(p, timeout=30):

@@ -1,1 +1,389 @@
-/* placeholder: to be written */
+/* The mount daemon: command line, validation, FUSE session, signals,
+ * request loop and teardown.
+ *
+ *   squeezefs [-f] [-d] [-s] [-o OPT,...] BACKING MOUNTPOINT [-o OPT,...]
+ *
+ * Nothing is mounted unless every option, BACKING and the rule file are
+ * valid. Without -f the daemon detaches only after the mount succeeded.
+ * SIGINT/SIGTERM/SIGHUP and unmount end the loop; op_destroy commits and
+ * fsyncs every open file; the exit status is 0 unless that failed. */
+#include "fuse/fs.h"
+#include "fuse/fuse_main.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <syslog.h>
+#include <unistd.h>
+
+#define MAX_IO (1u << 20) /* max_write and read size (max_pages): 1 MiB */
+
+void sqz_mount_usage(FILE *out)
+{
+    fprintf(out,
+        "usage: squeezefs [-f] [-d] [-s] [-o OPT,...] BACKING MOUNTPOINT\n"
+        "\n"
+        "Mount BACKING on MOUNTPOINT; regular files are stored in BACKING as\n"
+        "compressed containers.\n"
+        "\n"
+        "  -f                 stay in the foreground\n"
+        "  -d                 debug output (implies -f)\n"
+        "  -s                 single-threaded request loop\n"
+        "  -h, --help         this help\n"
+        "  -o OPT[,OPT...]    mount options:\n"
+        "     compress=SPEC       default policy (default " SQZ_DEFAULT_SPEC "),\n"
+        "                         SPEC = ALG[:LEVEL][/BLOCK] | auto[:ratio|:speed]\n"
+        "                         | \"LBS ALG LEVEL\" (kdb+)\n"
+        "     block=SIZE          block size 4K..1M (or log2 12..20)\n"
+        "     cache=SIZE          decompressed block cache (default 256M)\n"
+        "     threads=N           compression threads (default: cores)\n"
+        "     min_saving=PCT      store a block raw unless compression saves\n"
+        "                         PCT percent (default 12.5)\n"
+        "     policy=FILE         rule file (lines: PATTERN SPEC)\n"
+        "     writeback           use the kernel writeback cache (faster,\n"
+        "                         weaker durability)\n"
+        "     ro                  read-only\n"
+        "     allow_other         let other users in (implies\n"
+        "                         default_permissions)\n"
+        "     default_permissions let the kernel check permissions\n"
+        "     fsname=, subtype=, nosuid, nodev, noexec, noatime, auto_unmount,\n"
+        "     allow_root, ...\n"
+        "                         passed to FUSE\n"
+        "\n"
+        "fstab: BACKING MOUNTPOINT fuse.squeezefs defaults,compress=zstd:3 0 0\n");
+}
+
+/* ---- logging ---- */
+
+static void log_sink(void *user, int level, const char *msg)
+{
+    struct sqz_fs *fs = user;
+    fprintf(stderr, "squeezefs: %s\n", msg);
+    if (fs && fs->syslog)
+        syslog(level == 0 ? LOG_ERR : level == 1 ? LOG_WARNING : LOG_INFO,
+               "%s", msg);
+}
+
+/* ---- lifecycle ops ---- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+    struct sqz_fs *fs = userdata;
+    conn->want &= ~(unsigned)(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_SPLICE_READ |
+                              FUSE_CAP_SPLICE_WRITE | FUSE_CAP_SPLICE_MOVE |
+                              FUSE_CAP_POSIX_ACL | FUSE_CAP_HANDLE_KILLPRIV |
+                              FUSE_CAP_DONT_MASK | FUSE_CAP_EXPORT_SUPPORT);
+    if (fs->opts.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
+        conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+    if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
+        conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
+    if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+        conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+    if (conn->capable & FUSE_CAP_ASYNC_READ)
+        conn->want |= FUSE_CAP_ASYNC_READ;
+    conn->max_write = MAX_IO;
+    if (conn->max_readahead > MAX_IO)
+        conn->max_readahead = MAX_IO;
+}
+
+static int g_destroy_rc; /* written once by op_destroy, read after the loop */
+
+static void op_destroy(void *userdata)
+{
+    struct sqz_fs *fs = userdata;
+    if (!fs->engine)
+        return;
+    g_destroy_rc = sqz_content_sync_all(fs);
+}
+
+/* ---- command line ---- */
+
+struct cmdline {
+    int foreground, debug, single;
+    const char *pos[2];
+    int npos;
+};
+
+static int add_opts(struct sqz_mount_opts *o, const char *s)
+{
+    char err[512];
+    int rc = sqz_parse_mount_options(s, o, err, sizeof(err));
+    if (rc) {
+        fprintf(stderr, "squeezefs: %s\n", err[0] ? err : strerror(-rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 = done (help shown), 0 = go on, -1 = error. */
+static int parse_cmdline(int argc, char **argv, struct cmdline *cl,
+                         struct sqz_mount_opts *o)
+{
+    int only_pos = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!only_pos && a[0] == '-' && a[1]) {
+            if (strcmp(a, "--") == 0) {
+                only_pos = 1;
+            } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+                sqz_mount_usage(stdout);
+                return 1;
+            } else if (strcmp(a, "-f") == 0) {
+                cl->foreground = 1;
+            } else if (strcmp(a, "-d") == 0 || strcmp(a, "--debug") == 0) {
+                cl->debug = 1;
+                cl->foreground = 1;
+            } else if (strcmp(a, "-s") == 0) {
+                cl->single = 1;
+            } else if (strcmp(a, "-o") == 0) {
+                if (i + 1 >= argc) {
+                    fprintf(stderr, "squeezefs: -o needs an argument\n");
+                    return -1;
+                }
+                if (add_opts(o, argv[++i]))
+                    return -1;
+            } else if (strncmp(a, "-o", 2) == 0) {
+                if (add_opts(o, a + 2))
+                    return -1;
+            } else {
+                fprintf(stderr, "squeezefs: unknown option '%s' (see --help)\n", a);
+                return -1;
+            }
+            continue;
+        }
+        if (cl->npos >= 2) {
+            fprintf(stderr, "squeezefs: unexpected argument '%s'\n", a);
+            return -1;
+        }
+        cl->pos[cl->npos++] = a;
+    }
+    if (cl->npos != 2) {
+        fprintf(stderr, "squeezefs: expected BACKING and MOUNTPOINT (see --help)\n");
+        return -1;
+    }
+    sqz_mount_opts_finish(o);
+    return 0;
+}
+
+/* Validate BACKING, load rules, open the root. Messages on stderr. */
+static int prepare_fs(struct sqz_fs *fs, const char *backing)
+{
+    struct stat st;
+    if (stat(backing, &st) != 0) {
+        fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "squeezefs: BACKING %s is not a directory\n", backing);
+        return -1;
+    }
+    fs->backing_real = realpath(backing, NULL);
+    if (!fs->backing_real) {
+        fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(errno));
+        return -1;
+    }
+    fs->backing_len = strlen(fs->backing_real);
+    if (fs->opts.policy_file) {
+        char err[512] = "";
+        int rc = sqz_rules_load(fs->opts.policy_file, &fs->rules, err, sizeof(err));
+        if (rc) {
+            fprintf(stderr, "squeezefs: %s\n", err[0] ? err : strerror(-rc));
+            return -1;
+        }
+        const char *b = strrchr(fs->opts.policy_file, '/');
+        snprintf(fs->rules_name, sizeof(fs->rules_name), "%s",
+                 b ? b + 1 : fs->opts.policy_file);
+    }
+    fs->root_dirfd = open(fs->backing_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fs->root_dirfd < 0) {
+        fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(errno));
+        return -1;
+    }
+    int rc = sqz_itable_init(fs, fs->backing_real);
+    if (rc) {
+        fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(-rc));
+        return -1;
+    }
+    return 0;
+}
+
+/* libfuse arguments: program name, -d, and one -o with our defaults plus
+ * the pass-through options. */
+static int build_fuse_args(struct sqz_fs *fs, const char *prog, int debug,
+                           struct fuse_args *args)
+{
+    if (fuse_opt_add_arg(args, prog) != 0)
+        return -1;
+    if (debug && fuse_opt_add_arg(args, "-d") != 0)
+        return -1;
+    char *o = NULL;
+    int rc = 0;
+    if (!fs->opts.user_fsname) {
+        size_t n = strlen(fs->backing_real) + 8;
+        char *v = malloc(n);
+        if (!v)
+            return -1;
+        snprintf(v, n, "fsname=%s", fs->backing_real);
+        rc |= fuse_opt_add_opt_escaped(&o, v);
+        free(v);
+    }
+    if (!fs->opts.user_subtype)
+        rc |= fuse_opt_add_opt(&o, "subtype=squeezefs");
+    if (fs->opts.default_permissions || fs->opts.allow_other)
+        rc |= fuse_opt_add_opt(&o, "default_permissions");
+    if (fs->opts.allow_other)
+        rc |= fuse_opt_add_opt(&o, "allow_other");
+    if (fs->opts.ro)
+        rc |= fuse_opt_add_opt(&o, "ro");
+    if (fs->opts.fuse_opts && fs->opts.fuse_opts[0])
+        rc |= fuse_opt_add_opt(&o, fs->opts.fuse_opts);
+    if (rc == 0 && o)
+        rc = fuse_opt_add_arg(args, "-o") | fuse_opt_add_arg(args, o);
+    free(o);
+    return rc ? -1 : 0;
+}
+
+static int ncores(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+static void teardown(struct sqz_fs *fs)
+{
+    int rc = sqz_itable_free(fs);
+    if (rc && g_destroy_rc == 0)
+        g_destroy_rc = rc;
+    if (fs->engine)
+        sqz_engine_free(fs->engine);
+    fs->engine = NULL;
+    if (fs->rules)
+        sqz_rules_free(fs->rules);
+    fs->rules = NULL;
+    if (fs->root_dirfd >= 0)
+        close(fs->root_dirfd);
+    fs->root_dirfd = -1;
+    free(fs->backing_real);
+    fs->backing_real = NULL;
+    sqz_mount_opts_free(&fs->opts);
+}
+
+int sqz_mount_main(int argc, char **argv)
+{
+    static struct sqz_fs fs_storage; /* one mount per process */
+    struct sqz_fs *fs = &fs_storage;
+    memset(fs, 0, sizeof(*fs));
+    fs->root_dirfd = -1;
+    sqz_mount_opts_init(&fs->opts);
+    struct cmdline cl;
+    memset(&cl, 0, sizeof(cl));
+
+    int pr = parse_cmdline(argc, argv, &cl, &fs->opts);
+    if (pr != 0) {
+        sqz_mount_opts_free(&fs->opts);
+        return pr > 0 ? 0 : 1;
+    }
+    sqz_set_log(log_sink, fs);
+    if (prepare_fs(fs, cl.pos[0]) != 0) {
+        teardown(fs);
+        return 1;
+    }
+    fs->timeout = 1.0;
+    fs->uid = geteuid();
+
+    struct fuse_lowlevel_ops ops;
+    memset(&ops, 0, sizeof(ops));
+    ops.init = op_init;
+    ops.destroy = op_destroy;
+    sqz_ops_entry(&ops);
+    sqz_ops_dir(&ops);
+    sqz_ops_file(&ops);
+    sqz_ops_xattr(&ops);
+
+    struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+    if (build_fuse_args(fs, argv[0] ? argv[0] : "squeezefs", cl.debug, &args)) {
+        fprintf(stderr, "squeezefs: out of memory\n");
+        fuse_opt_free_args(&args);
+        teardown(fs);
+        return 1;
+    }
+    struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), fs);
+    fuse_opt_free_args(&args);
+    if (!se) {
+        fprintf(stderr, "squeezefs: bad FUSE options (see --help)\n");
+        teardown(fs);
+        return 1;
+    }
+    int status = 1;
+    if (fuse_set_signal_handlers(se) != 0) {
+        fprintf(stderr, "squeezefs: cannot install signal handlers\n");
+        goto out_session;
+    }
+    if (fuse_session_mount(se, cl.pos[1]) != 0) {
+        fprintf(stderr, "squeezefs: cannot mount on %s\n", cl.pos[1]);
+        goto out_signals;
+    }
+    /* Created files get exactly the mode the kernel passes (the kernel has
+     * applied the caller's umask already). */
+    umask(0);
+    if (fuse_daemonize(cl.foreground) != 0) {
+        fprintf(stderr, "squeezefs: cannot daemonize\n");
+        goto out_unmount;
+    }
+    if (!cl.foreground) {
+        openlog("squeezefs", LOG_PID, LOG_DAEMON);
+        fs->syslog = 1;
+    }
+    /* Threads are started after fuse_daemonize (fork keeps one thread). */
+    sqz_engine_opts eo;
+    memset(&eo, 0, sizeof(eo));
+    eo.threads = fs->opts.threads ? fs->opts.threads : ncores();
+    eo.cache_bytes = fs->opts.cache_bytes ? fs->opts.cache_bytes
+                                          : SQZ_ENGINE_CACHE_OFF;
+    eo.dirty_bytes_file = 8u << 20;
+    eo.dirty_bytes_max = 256u << 20;
+    eo.dirty_expire_ms = 2000;
+    int rc = sqz_engine_new(&eo, &fs->engine);
+    if (rc) {
+        sqz_logf(0, "cannot start the I/O engine: %s", strerror(-rc));
+        fs->engine = NULL;
+        goto out_unmount;
+    }
+
+    if (cl.single) {
+        rc = fuse_session_loop(se);
+    } else {
+        struct fuse_loop_config *lc = fuse_loop_cfg_create();
+        if (!lc) {
+            sqz_logf(0, "out of memory");
+            goto out_unmount;
+        }
+        fuse_loop_cfg_set_clone_fd(lc, 0);
+        fuse_loop_cfg_set_idle_threads(lc, 10);
+        fuse_loop_cfg_set_max_threads(lc, (unsigned)(eo.threads * 4 > 16 ? eo.threads * 4 : 16));
+        rc = fuse_session_loop_mt(se, lc);
+        fuse_loop_cfg_destroy(lc);
+    }
+    status = rc < 0 ? 1 : 0;
+    if (rc < 0)
+        sqz_logf(0, "request loop failed: %s", strerror(-rc));
+
+out_unmount:
+    fuse_session_unmount(se);
+out_signals:
+    fuse_remove_signal_handlers(se);
+out_session:
+    fuse_session_destroy(se); /* calls op_destroy if the kernel did not */
+    teardown(fs);
+    if (g_destroy_rc) {
+        sqz_logf(0, "flushing at unmount failed: %s", strerror(-g_destroy_rc));
+        status = 1;
+    }
+    if (fs->syslog)
+        closelog();
+    return status;
+}

@@ -1,0 +1,247 @@
+/* squeezefs FUSE front end: the state shared by the files of src/fuse/.
+ * Internal header.
+ *
+ * Locking (which lock protects what; lock order top to bottom):
+ *  1. sqz_inode.io (rwlock): the inode's content state: kind, sf, sf_users,
+ *     plain_users, pending params, and the identity of the backing file
+ *     behind sqz_inode.fd (replaced with dup3 by recompress). Data ops
+ *     (read/write/flush/fsync/getattr's length) hold it shared while they
+ *     use sf; open/release/convert/materialise/recompress hold it exclusive.
+ *  2. sqz_fs.itable_lock (mutex): the inode hash table, every inode's
+ *     dev/ino key, hash link, nlookup and nopen. Never held during I/O.
+ *  3. sqz_inode.meta (mutex): the probe/length cache, keep_cache key and
+ *     the last write time. Leaf lock, held for a few instructions only.
+ *  Engine locks (sqz_file.lock etc.) are taken inside engine calls, below
+ *  all of the above.
+ * Fields marked "const" are set before the inode is published and never
+ * change. sqz_inode.fd's *number* is constant for the inode's life.
+ */
+#ifndef SQZ_FUSE_FS_H
+#define SQZ_FUSE_FS_H
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <dirent.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "engine/engine.h"
+#include "fuse/opts.h"
+#include "squeezefs/container.h"
+#include "squeezefs/policy.h"
+
+/* Temporary names used by recompress; never visible through the mount. */
+#define SQZ_TMP_PREFIX ".sqz-tmp."
+
+/* Virtual / special xattr names. */
+#define SQZ_XATTR_STATS "user.squeezefs.stats"
+#define SQZ_XATTR_STAT "user.squeezefs.stat"
+#define SQZ_XATTR_EFFECTIVE "user.squeezefs.effective"
+#define SQZ_XATTR_RECOMPRESS "user.squeezefs.recompress"
+
+enum sqz_kind {
+    SQZ_K_UNKNOWN = 0, /* not probed (or probe result stale) */
+    SQZ_K_PLAIN,       /* pre-existing non-container file: passthrough */
+    SQZ_K_CONTAINER,   /* squeezefs container */
+    SQZ_K_DAMAGED,     /* looks like a container but cannot be opened */
+    SQZ_K_PENDING,     /* auto policy: 0-byte backing file, container created
+                          at the first write (open handles only) */
+};
+
+/* What identifies a backing file's content version (for caches). */
+struct sqz_bkey {
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+};
+
+struct sqz_inode {
+    /* itable_lock */
+    struct sqz_inode *next;
+    dev_t dev;
+    ino_t ino;
+    uint64_t nlookup;
+    uint64_t nopen;      /* open handles referencing this inode */
+    /* const */
+    int fd;              /* O_PATH|O_NOFOLLOW fd of the backing object */
+    mode_t type;         /* S_IFMT bits */
+    int is_root;
+    /* io */
+    pthread_rwlock_t io;
+    enum sqz_kind kind;  /* meaningful while sf_users or plain_users > 0 */
+    sqz_file *sf;        /* shared engine file (CONTAINER) */
+    int sf_rw;           /* sf's container is open read-write */
+    unsigned sf_users;   /* handles using sf / PENDING */
+    unsigned plain_users;/* handles holding their own plain fd */
+    sqz_params pending;  /* PENDING: block size, min_saving, auto mode */
+    /* meta */
+    pthread_mutex_t meta;
+    int probe_valid;
+    struct sqz_bkey probe_key;
+    enum sqz_kind probe_kind;
+    uint64_t probe_len;  /* logical length (CONTAINER) */
+    int kc_valid;        /* keep_cache: key recorded at last open/release */
+    struct sqz_bkey kc_key;
+    int wtime_set;       /* time of the newest uncommitted write */
+    struct timespec wtime;
+};
+
+/* One open file handle (fi->fh). Fields are const after open except
+ * under the inode's io lock. */
+struct sqz_handle {
+    struct sqz_inode *inode;
+    int plain_fd;        /* PLAIN: own backing fd; -1 otherwise */
+    int append;          /* O_APPEND: writes go through sqz_file_append */
+    int writable;
+};
+
+/* One open directory handle. */
+struct sqz_dirhandle {
+    pthread_mutex_t lock; /* protects dp/entry/offset */
+    DIR *dp;
+    struct dirent *entry; /* entry read but not yet returned */
+    off_t offset;
+};
+
+struct sqz_fs {
+    struct sqz_mount_opts opts; /* const after start */
+    sqz_rules *rules;           /* const; NULL without policy= */
+    char rules_name[256];       /* basename of the rule file */
+    sqz_engine *engine;         /* const after init */
+    int root_dirfd;             /* O_RDONLY|O_DIRECTORY fd of BACKING */
+    char *backing_real;         /* realpath of BACKING */
+    size_t backing_len;
+    double timeout;             /* entry/attr timeout (seconds) */
+    int syslog;                 /* log lines also go to syslog */
+    uid_t uid;                  /* euid of the daemon */
+
+    pthread_mutex_t itable_lock;
+    struct sqz_inode **buckets;
+    size_t nbuckets, count;
+    struct sqz_inode *root;
+};
+
+static inline struct sqz_fs *sqz_fs_of(fuse_req_t req)
+{
+    return (struct sqz_fs *)fuse_req_userdata(req);
+}
+
+/* ---- inode.c: inode table ---- */
+int sqz_itable_init(struct sqz_fs *fs, const char *backing);
+/* Frees every inode (closes their sf first; returns the first error). */
+int sqz_itable_free(struct sqz_fs *fs);
+struct sqz_inode *sqz_inode_of(struct sqz_fs *fs, fuse_ino_t ino);
+fuse_ino_t sqz_nodeid(struct sqz_fs *fs, struct sqz_inode *in);
+/* Look name up in parent (O_PATH|O_NOFOLLOW), insert or find the inode,
+ * count a lookup, fill e (attributes via sqz_getattr). 0 or -errno. */
+int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
+                  const char *name, struct fuse_entry_param *e);
+void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n);
+void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in);
+void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
+/* After the backing object was replaced (recompress). Caller holds io
+ * exclusive. */
+void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
+                     ino_t ino);
+/* Call fn on every inode (table locked: fn must not block long or take
+ * itable_lock; it may take io). */
+void sqz_itable_foreach(struct sqz_fs *fs,
+                        void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
+                        void *user);
+/* "/proc/self/fd/N" */
+void sqz_proc_path(int fd, char *buf, size_t n);
+/* Path of the inode relative to BACKING ("" for the root). */
+int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                      size_t n);
+/* Absolute backing path of the inode. */
+int sqz_inode_abspath(struct sqz_inode *in, char *buf, size_t n);
+/* Names never accepted from the kernel: "", ".", "..", with '/', and our
+ * temporary prefix. */
+int sqz_name_ok(const char *name);
+int sqz_name_hidden(const char *name);
+/* Raw backing stat. */
+int sqz_backing_stat(struct sqz_inode *in, struct stat *st);
+/* stat as shown through the mount (logical size for containers). */
+int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st);
+
+/* ---- content.c: per-inode content (container / plain / pending) ---- */
+void sqz_bkey_of(const struct stat *st, struct sqz_bkey *k);
+int sqz_bkey_eq(const struct sqz_bkey *a, const struct sqz_bkey *b);
+/* Fix up st (backing stat) for a regular file: logical size, blocks,
+ * mtime of pending writes. Takes io shared. */
+void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
+                          struct stat *st);
+/* Open a handle: flags as from open(2) (O_TRUNC honoured). On success
+ * fills h and *keep_cache. Takes io exclusive. */
+int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
+                     struct sqz_handle *h, int *keep_cache);
+/* The file was just created (0 bytes) by create: make it a container (or
+ * PENDING for auto) per its effective policy, as a first handle. */
+int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
+                       const char *relpath, int flags, struct sqz_handle *h);
+/* Drop a handle; the last one commits and closes the sf. Returns the
+ * commit error. */
+int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h);
+/* Read/write through a handle (locks io shared; materialises PENDING). */
+ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
+                         size_t n, uint64_t off);
+ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
+                          const void *buf, size_t n, uint64_t off,
+                          int writepage);
+int sqz_content_flush(struct sqz_fs *fs, struct sqz_handle *h);
+int sqz_content_fsync(struct sqz_fs *fs, struct sqz_handle *h, int datasync);
+int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
+                          uint64_t off, uint64_t len);
+/* truncate(2) by inode (with or without a handle). */
+int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
+                         uint64_t size);
+/* Commit dirty data of an open sf (before utimens / stat). */
+int sqz_content_commit(struct sqz_fs *fs, struct sqz_inode *in);
+/* Container figures (commits first). -ENODATA if not a container. */
+int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
+                         struct sqz_ctr_stat *st);
+/* Open the backing file of a regular inode for I/O ("/proc/self/fd"). */
+int sqz_content_reopen(struct sqz_inode *in, int flags);
+/* destroy: commit + fsync every open sf. */
+int sqz_content_sync_all(struct sqz_fs *fs);
+/* Params to create a container with for a resolved policy. */
+void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s,
+                          sqz_params *p);
+
+/* Internals shared with recompress.c (caller holds io as noted). */
+void sqz_content_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                       size_t n);
+void sqz_content_invalidate(struct sqz_inode *in);
+int sqz_content_handles_open(const struct sqz_inode *in);
+/* io held (shared or exclusive): kind and logical length. */
+int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                            const struct stat *bst, enum sqz_kind *kind,
+                            uint64_t *len);
+/* io exclusive: PENDING -> CONTAINER choosing the algorithm by sample. */
+int sqz_content_materialize_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                                   const void *sample, size_t n);
+
+/* ---- recompress.c ---- */
+/* Rewrite a regular file under spec (crash-safe temp + rename). */
+int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
+                   const sqz_spec *spec);
+
+/* ---- policy glue (content.c) ---- */
+int sqz_resolve(struct sqz_fs *fs, const char *relpath, sqz_resolved *out);
+
+/* ---- ops_*.c: the lowlevel operations ---- */
+void sqz_ops_entry(struct fuse_lowlevel_ops *ops);
+void sqz_ops_file(struct fuse_lowlevel_ops *ops);
+void sqz_ops_dir(struct fuse_lowlevel_ops *ops);
+void sqz_ops_xattr(struct fuse_lowlevel_ops *ops);
+
+/* Set the new object's owner to the caller's uid/gid (setgid dirs keep
+ * the parent's group). Used by create/mkdir/mknod/symlink. */
+int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
+                  const char *name, const struct stat *parent_st);
+
+#endif

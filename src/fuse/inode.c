@@ -1,0 +1,369 @@
+/* Inode table: kernel node ids <-> backing objects.
+ *
+ * Every inode the kernel knows holds an O_PATH|O_NOFOLLOW fd of its backing
+ * object (so the backing inode cannot be freed and its number reused while
+ * the kernel may still refer to it). The table is keyed by the backing
+ * (st_dev, st_ino); the kernel-visible node id is the address of our
+ * sqz_inode (FUSE_ROOT_ID for the root), so it stays stable when
+ * recompress replaces the backing file (sqz_inode_rekey).
+ * Protected by sqz_fs.itable_lock (see fs.h). */
+#include "fuse/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static size_t bucket_of(const struct sqz_fs *fs, dev_t dev, ino_t ino)
+{
+    uint64_t h = (uint64_t)ino * 0x9E3779B97F4A7C15ull ^ (uint64_t)dev;
+    h ^= h >> 29;
+    return (size_t)(h % fs->nbuckets);
+}
+
+static struct sqz_inode *inode_new(int fd, const struct stat *st)
+{
+    struct sqz_inode *in = calloc(1, sizeof(*in));
+    if (!in)
+        return NULL;
+    if (pthread_rwlock_init(&in->io, NULL) != 0) {
+        free(in);
+        return NULL;
+    }
+    if (pthread_mutex_init(&in->meta, NULL) != 0) {
+        pthread_rwlock_destroy(&in->io);
+        free(in);
+        return NULL;
+    }
+    in->fd = fd;
+    in->dev = st->st_dev;
+    in->ino = st->st_ino;
+    in->type = st->st_mode & S_IFMT;
+    in->kind = SQZ_K_UNKNOWN;
+    return in;
+}
+
+static void inode_destroy(struct sqz_inode *in)
+{
+    if (in->fd >= 0)
+        close(in->fd);
+    pthread_rwlock_destroy(&in->io);
+    pthread_mutex_destroy(&in->meta);
+    free(in);
+}
+
+/* Caller holds itable_lock. */
+static void table_insert(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    size_t b = bucket_of(fs, in->dev, in->ino);
+    in->next = fs->buckets[b];
+    fs->buckets[b] = in;
+    fs->count++;
+}
+
+static void table_remove(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    struct sqz_inode **pp = &fs->buckets[bucket_of(fs, in->dev, in->ino)];
+    while (*pp && *pp != in)
+        pp = &(*pp)->next;
+    if (*pp) {
+        *pp = in->next;
+        fs->count--;
+    }
+    in->next = NULL;
+}
+
+static struct sqz_inode *table_find(struct sqz_fs *fs, dev_t dev, ino_t ino)
+{
+    for (struct sqz_inode *in = fs->buckets[bucket_of(fs, dev, ino)]; in;
+         in = in->next)
+        if (in->dev == dev && in->ino == ino)
+            return in;
+    return NULL;
+}
+
+/* Grow when the chains get long (best effort: on ENOMEM keep the table). */
+static void table_maybe_grow(struct sqz_fs *fs)
+{
+    if (fs->count < fs->nbuckets * 2)
+        return;
+    size_t nb = fs->nbuckets * 4;
+    struct sqz_inode **nbk = calloc(nb, sizeof(*nbk));
+    if (!nbk)
+        return;
+    struct sqz_inode **old = fs->buckets;
+    size_t on = fs->nbuckets;
+    fs->buckets = nbk;
+    fs->nbuckets = nb;
+    fs->count = 0;
+    for (size_t i = 0; i < on; i++) {
+        struct sqz_inode *in = old[i];
+        while (in) {
+            struct sqz_inode *next = in->next;
+            table_insert(fs, in);
+            in = next;
+        }
+    }
+    free(old);
+}
+
+int sqz_itable_init(struct sqz_fs *fs, const char *backing)
+{
+    if (pthread_mutex_init(&fs->itable_lock, NULL) != 0)
+        return -ENOMEM;
+    fs->nbuckets = 4096;
+    fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
+    if (!fs->buckets)
+        return -ENOMEM;
+    int fd = open(backing, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    struct sqz_inode *root = inode_new(fd, &st);
+    if (!root) {
+        close(fd);
+        return -ENOMEM;
+    }
+    root->is_root = 1;
+    root->nlookup = 1;
+    fs->root = root;
+    table_insert(fs, root);
+    return 0;
+}
+
+int sqz_itable_free(struct sqz_fs *fs)
+{
+    int first = 0;
+    if (!fs->buckets)
+        return 0;
+    for (size_t i = 0; i < fs->nbuckets; i++) {
+        struct sqz_inode *in = fs->buckets[i];
+        while (in) {
+            struct sqz_inode *next = in->next;
+            if (in->sf) {
+                int rc = sqz_file_close(in->sf);
+                in->sf = NULL;
+                if (rc < 0 && first == 0)
+                    first = rc;
+            }
+            inode_destroy(in);
+            in = next;
+        }
+    }
+    free(fs->buckets);
+    fs->buckets = NULL;
+    fs->root = NULL;
+    pthread_mutex_destroy(&fs->itable_lock);
+    return first;
+}
+
+struct sqz_inode *sqz_inode_of(struct sqz_fs *fs, fuse_ino_t ino)
+{
+    if (ino == FUSE_ROOT_ID)
+        return fs->root;
+    return (struct sqz_inode *)(uintptr_t)ino;
+}
+
+fuse_ino_t sqz_nodeid(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    if (in == fs->root)
+        return FUSE_ROOT_ID;
+    return (fuse_ino_t)(uintptr_t)in;
+}
+
+int sqz_name_hidden(const char *name)
+{
+    return strncmp(name, SQZ_TMP_PREFIX, sizeof(SQZ_TMP_PREFIX) - 1) == 0;
+}
+
+int sqz_name_ok(const char *name)
+{
+    if (!name[0] || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return 0;
+    if (strchr(name, '/'))
+        return 0;
+    return 1;
+}
+
+int sqz_backing_stat(struct sqz_inode *in, struct stat *st)
+{
+    if (fstatat(in->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
+    return 0;
+}
+
+int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st)
+{
+    int rc = sqz_backing_stat(in, st);
+    if (rc)
+        return rc;
+    if (S_ISREG(st->st_mode))
+        sqz_content_fix_stat(fs, in, st);
+    return 0;
+}
+
+int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
+                  const char *name, struct fuse_entry_param *e)
+{
+    memset(e, 0, sizeof(*e));
+    if (!sqz_name_ok(name))
+        return -EINVAL;
+    if (sqz_name_hidden(name))
+        return -ENOENT;
+    int fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    struct stat st;
+    if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+        int err = -errno;
+        close(fd);
+        return err;
+    }
+    pthread_mutex_lock(&fs->itable_lock);
+    struct sqz_inode *in = table_find(fs, st.st_dev, st.st_ino);
+    if (in) {
+        in->nlookup++;
+        pthread_mutex_unlock(&fs->itable_lock);
+        close(fd);
+    } else {
+        in = inode_new(fd, &st);
+        if (!in) {
+            pthread_mutex_unlock(&fs->itable_lock);
+            close(fd);
+            return -ENOMEM;
+        }
+        in->nlookup = 1;
+        table_maybe_grow(fs);
+        table_insert(fs, in);
+        pthread_mutex_unlock(&fs->itable_lock);
+    }
+    if (S_ISREG(st.st_mode))
+        sqz_content_fix_stat(fs, in, &st);
+    e->ino = sqz_nodeid(fs, in);
+    e->attr = st;
+    e->attr_timeout = fs->timeout;
+    e->entry_timeout = fs->timeout;
+    return 0;
+}
+
+/* Caller holds itable_lock; frees the inode when nothing refers to it. */
+static void maybe_free_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                              struct sqz_inode **to_free)
+{
+    *to_free = NULL;
+    if (in->is_root || in->nlookup > 0 || in->nopen > 0)
+        return;
+    table_remove(fs, in);
+    *to_free = in;
+}
+
+void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
+{
+    struct sqz_inode *dead = NULL;
+    pthread_mutex_lock(&fs->itable_lock);
+    in->nlookup = n > in->nlookup ? 0 : in->nlookup - n;
+    maybe_free_locked(fs, in, &dead);
+    pthread_mutex_unlock(&fs->itable_lock);
+    if (dead) {
+        /* No handle is open (nopen == 0), so no sf exists. */
+        inode_destroy(dead);
+    }
+}
+
+void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    pthread_mutex_lock(&fs->itable_lock);
+    in->nopen++;
+    pthread_mutex_unlock(&fs->itable_lock);
+}
+
+void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    struct sqz_inode *dead = NULL;
+    pthread_mutex_lock(&fs->itable_lock);
+    if (in->nopen > 0)
+        in->nopen--;
+    maybe_free_locked(fs, in, &dead);
+    pthread_mutex_unlock(&fs->itable_lock);
+    if (dead)
+        inode_destroy(dead);
+}
+
+void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
+                     ino_t ino)
+{
+    pthread_mutex_lock(&fs->itable_lock);
+    table_remove(fs, in);
+    in->dev = dev;
+    in->ino = ino;
+    table_insert(fs, in);
+    pthread_mutex_unlock(&fs->itable_lock);
+}
+
+void sqz_itable_foreach(struct sqz_fs *fs,
+                        void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
+                        void *user)
+{
+    pthread_mutex_lock(&fs->itable_lock);
+    for (size_t i = 0; i < fs->nbuckets; i++)
+        for (struct sqz_inode *in = fs->buckets[i]; in; in = in->next)
+            fn(fs, in, user);
+    pthread_mutex_unlock(&fs->itable_lock);
+}
+
+void sqz_proc_path(int fd, char *buf, size_t n)
+{
+    snprintf(buf, n, "/proc/self/fd/%d", fd);
+}
+
+int sqz_inode_abspath(struct sqz_inode *in, char *buf, size_t n)
+{
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    ssize_t r = readlink(pp, buf, n - 1);
+    if (r < 0)
+        return -errno;
+    if ((size_t)r >= n - 1)
+        return -ENAMETOOLONG;
+    buf[r] = '\0';
+    static const char del[] = " (deleted)";
+    size_t dl = sizeof(del) - 1;
+    if ((size_t)r > dl && strcmp(buf + r - dl, del) == 0)
+        buf[r - dl] = '\0';
+    return 0;
+}
+
+int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                      size_t n)
+{
+    if (in->is_root) {
+        buf[0] = '\0';
+        return 0;
+    }
+    char abs[PATH_MAX + 16];
+    int rc = sqz_inode_abspath(in, abs, sizeof(abs));
+    if (rc)
+        return rc;
+    const char *rel = abs;
+    size_t bl = fs->backing_len;
+    if (bl == 1 && fs->backing_real[0] == '/')
+        rel = abs + 1;  /* BACKING is "/" */
+    else if (strncmp(abs, fs->backing_real, bl) == 0 && abs[bl] == '/')
+        rel = abs + bl + 1;
+    else if (strcmp(abs, fs->backing_real) == 0)
+        rel = "";
+    else
+        return -ENOENT; /* not below BACKING (moved away meanwhile) */
+    if (strlen(rel) >= n)
+        return -ENAMETOOLONG;
+    strcpy(buf, rel);
+    return 0;
+}

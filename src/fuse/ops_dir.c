@@ -1,0 +1,130 @@
+/* Directory handles: opendir, readdir, releasedir, fsyncdir.
+ * Recompress temporaries (SQZ_TMP_PREFIX) are never listed. */
+#include "fuse/fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct sqz_dirhandle *dirhandle_of(struct fuse_file_info *fi)
+{
+    return (struct sqz_dirhandle *)(uintptr_t)fi->fh;
+}
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino,
+                       struct fuse_file_info *fi)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    struct sqz_dirhandle *d = calloc(1, sizeof(*d));
+    if (!d) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    int fd = openat(in->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        int e = errno;
+        free(d);
+        fuse_reply_err(req, e);
+        return;
+    }
+    d->dp = fdopendir(fd);
+    if (!d->dp) {
+        int e = errno;
+        close(fd);
+        free(d);
+        fuse_reply_err(req, e);
+        return;
+    }
+    pthread_mutex_init(&d->lock, NULL);
+    fi->fh = (uint64_t)(uintptr_t)d;
+    fi->cache_readdir = 0;
+    if (fuse_reply_open(req, fi) != 0) {
+        closedir(d->dp);
+        pthread_mutex_destroy(&d->lock);
+        free(d);
+    }
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+                       off_t offset, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sqz_dirhandle *d = dirhandle_of(fi);
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    pthread_mutex_lock(&d->lock);
+    if (offset != d->offset) {
+        seekdir(d->dp, offset);
+        d->entry = NULL;
+        d->offset = offset;
+    }
+    size_t pos = 0;
+    int err = 0;
+    for (;;) {
+        if (!d->entry) {
+            errno = 0;
+            d->entry = readdir(d->dp);
+            if (!d->entry) {
+                err = errno;
+                break;
+            }
+        }
+        struct dirent *de = d->entry;
+        off_t next = de->d_off;
+        if (!sqz_name_hidden(de->d_name)) {
+            struct stat st;
+            memset(&st, 0, sizeof(st));
+            st.st_ino = de->d_ino;
+            st.st_mode = (mode_t)de->d_type << 12;
+            size_t need = fuse_add_direntry(req, buf + pos, size - pos,
+                                            de->d_name, &st, next);
+            if (need > size - pos)
+                break; /* keep d->entry for the next call */
+            pos += need;
+        }
+        d->entry = NULL;
+        d->offset = next;
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (err && pos == 0)
+        fuse_reply_err(req, err);
+    else
+        fuse_reply_buf(req, buf, pos);
+    free(buf);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
+                          struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sqz_dirhandle *d = dirhandle_of(fi);
+    closedir(d->dp);
+    pthread_mutex_destroy(&d->lock);
+    free(d);
+    fuse_reply_err(req, 0);
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync,
+                        struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sqz_dirhandle *d = dirhandle_of(fi);
+    int fd = dirfd(d->dp);
+    int rc = datasync ? fdatasync(fd) : fsync(fd);
+    fuse_reply_err(req, rc ? errno : 0);
+}
+
+void sqz_ops_dir(struct fuse_lowlevel_ops *ops)
+{
+    ops->opendir = op_opendir;
+    ops->readdir = op_readdir;
+    ops->releasedir = op_releasedir;
+    ops->fsyncdir = op_fsyncdir;
+}

@@ -1,0 +1,500 @@
+/* Namespace and attribute operations: lookup, forget, getattr, setattr,
+ * mkdir, rmdir, unlink, rename, link, symlink, readlink, mknod, statfs,
+ * access. Every path operation is *at() relative to an inode's O_PATH fd
+ * with a single, checked name component; symlinks in BACKING are never
+ * followed. */
+#include "fuse/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+/* 0 if name is acceptable for a new entry, else the errno. */
+static int check_new_name(struct sqz_fs *fs, const char *name)
+{
+    if (!sqz_name_ok(name))
+        return EINVAL;
+    if (sqz_name_hidden(name))
+        return EPERM;
+    if (fs->opts.ro)
+        return EROFS;
+    return 0;
+}
+
+static void reply_new_entry(fuse_req_t req, struct sqz_fs *fs,
+                            struct sqz_inode *p, const char *name)
+{
+    struct fuse_entry_param e;
+    int rc = sqz_do_lookup(fs, p, name, &e);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    if (fuse_reply_entry(req, &e) != 0)
+        sqz_inode_forget(fs, sqz_inode_of(fs, e.ino), 1);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct fuse_entry_param e;
+    int rc = sqz_do_lookup(fs, sqz_inode_of(fs, parent), name, &e);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    if (fuse_reply_entry(req, &e) != 0)
+        sqz_inode_forget(fs, sqz_inode_of(fs, e.ino), 1);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    sqz_inode_forget(fs, sqz_inode_of(fs, ino), nlookup);
+    fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count,
+                            struct fuse_forget_data *forgets)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    for (size_t i = 0; i < count; i++)
+        sqz_inode_forget(fs, sqz_inode_of(fs, forgets[i].ino),
+                         forgets[i].nlookup);
+    fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino,
+                       struct fuse_file_info *fi)
+{
+    (void)fi;
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct stat st;
+    int rc = sqz_getattr(fs, sqz_inode_of(fs, ino), &st);
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_attr(req, &st, fs->timeout);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+                       int to_set, struct fuse_file_info *fi)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    struct sqz_handle *h = fi ? (struct sqz_handle *)(uintptr_t)fi->fh : NULL;
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    int rc = 0;
+
+    if (fs->opts.ro && (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
+                                  FUSE_SET_ATTR_GID | FUSE_SET_ATTR_SIZE |
+                                  FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                                  FUSE_SET_ATTR_ATIME_NOW |
+                                  FUSE_SET_ATTR_MTIME_NOW))) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    if (to_set & FUSE_SET_ATTR_MODE) {
+        if (in->type == S_IFLNK)
+            rc = -EOPNOTSUPP;
+        else if (h && h->plain_fd >= 0)
+            rc = fchmod(h->plain_fd, attr->st_mode & 07777) ? -errno : 0;
+        else
+            rc = fchmodat(AT_FDCWD, pp, attr->st_mode & 07777, 0) ? -errno : 0;
+        if (rc)
+            goto out;
+    }
+    if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
+        uid_t uid = (to_set & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
+        gid_t gid = (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1;
+        if (fchownat(in->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+            rc = -errno;
+        if (rc)
+            goto out;
+    }
+    if (to_set & FUSE_SET_ATTR_SIZE) {
+        if (in->type != S_IFREG)
+            rc = in->type == S_IFDIR ? -EISDIR : -EINVAL;
+        else if (attr->st_size < 0)
+            rc = -EINVAL;
+        else
+            rc = sqz_content_truncate(fs, in, (uint64_t)attr->st_size);
+        if (rc)
+            goto out;
+    }
+    if (to_set & (FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
+                  FUSE_SET_ATTR_ATIME_NOW | FUSE_SET_ATTR_MTIME_NOW)) {
+        struct timespec tv[2];
+        tv[0].tv_sec = 0;
+        tv[1].tv_sec = 0;
+        tv[0].tv_nsec = UTIME_OMIT;
+        tv[1].tv_nsec = UTIME_OMIT;
+        if (to_set & FUSE_SET_ATTR_ATIME_NOW)
+            tv[0].tv_nsec = UTIME_NOW;
+        else if (to_set & FUSE_SET_ATTR_ATIME)
+            tv[0] = attr->st_atim;
+        if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+            tv[1].tv_nsec = UTIME_NOW;
+        else if (to_set & FUSE_SET_ATTR_MTIME)
+            tv[1] = attr->st_mtim;
+        if (in->type == S_IFREG) {
+            /* Pending data would overwrite the new mtime when committed. */
+            rc = sqz_content_commit(fs, in);
+            if (rc)
+                goto out;
+            pthread_mutex_lock(&in->meta);
+            in->wtime_set = 0;
+            pthread_mutex_unlock(&in->meta);
+        }
+        if (in->type == S_IFLNK) {
+            char abs[PATH_MAX + 16];
+            rc = sqz_inode_abspath(in, abs, sizeof(abs));
+            if (rc == 0 && utimensat(AT_FDCWD, abs, tv, AT_SYMLINK_NOFOLLOW))
+                rc = -errno;
+        } else if (h && h->plain_fd >= 0) {
+            rc = futimens(h->plain_fd, tv) ? -errno : 0;
+        } else {
+            rc = utimensat(AT_FDCWD, pp, tv, 0) ? -errno : 0;
+        }
+        if (rc)
+            goto out;
+    }
+out:
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    struct stat st;
+    rc = sqz_getattr(fs, in, &st);
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_attr(req, &st, fs->timeout);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+                     mode_t mode)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *p = sqz_inode_of(fs, parent);
+    int e = check_new_name(fs, name);
+    if (e) {
+        fuse_reply_err(req, e);
+        return;
+    }
+    struct stat pst;
+    int rc = sqz_backing_stat(p, &pst);
+    if (rc == 0 && mkdirat(p->fd, name, mode & 07777) != 0)
+        rc = -errno;
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    rc = sqz_chown_new(fs, req, p->fd, name, &pst);
+    if (rc) {
+        unlinkat(p->fd, name, AT_REMOVEDIR);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    reply_new_entry(req, fs, p, name);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+                     mode_t mode, dev_t rdev)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *p = sqz_inode_of(fs, parent);
+    int e = check_new_name(fs, name);
+    if (e) {
+        fuse_reply_err(req, e);
+        return;
+    }
+    struct stat pst;
+    int rc = sqz_backing_stat(p, &pst);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    mode_t type = mode & S_IFMT;
+    if (type == S_IFREG) {
+        /* A regular file made by mknod is an empty container. */
+        char rel[PATH_MAX];
+        rc = sqz_inode_relpath(fs, p, rel, sizeof(rel));
+        size_t l = strlen(rel);
+        if (rc == 0 && (size_t)snprintf(rel + l, sizeof(rel) - l, "%s%s",
+                                        l ? "/" : "", name) >= sizeof(rel) - l)
+            rc = -ENAMETOOLONG;
+        int fd = -1;
+        if (rc == 0) {
+            fd = openat(p->fd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW |
+                                         O_CLOEXEC, mode & 07777);
+            if (fd < 0)
+                rc = -errno;
+            else
+                close(fd);
+        }
+        if (rc) {
+            fuse_reply_err(req, -rc);
+            return;
+        }
+        struct fuse_entry_param ent;
+        rc = sqz_chown_new(fs, req, p->fd, name, &pst);
+        if (rc == 0)
+            rc = sqz_do_lookup(fs, p, name, &ent);
+        if (rc) {
+            unlinkat(p->fd, name, 0);
+            fuse_reply_err(req, -rc);
+            return;
+        }
+        struct sqz_inode *in = sqz_inode_of(fs, ent.ino);
+        struct sqz_handle h;
+        rc = sqz_content_create(fs, in, rel, O_WRONLY, &h);
+        if (rc == 0)
+            rc = sqz_content_release(fs, &h);
+        if (rc) {
+            unlinkat(p->fd, name, 0);
+            sqz_inode_forget(fs, in, 1);
+            fuse_reply_err(req, -rc);
+            return;
+        }
+        sqz_getattr(fs, in, &ent.attr);
+        if (fuse_reply_entry(req, &ent) != 0)
+            sqz_inode_forget(fs, in, 1);
+        return;
+    }
+    if ((type == S_IFCHR || type == S_IFBLK) && fuse_req_ctx(req)->uid != 0) {
+        fuse_reply_err(req, EPERM);
+        return;
+    }
+    if (type != S_IFIFO && type != S_IFSOCK && type != S_IFCHR &&
+        type != S_IFBLK) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    if (mknodat(p->fd, name, mode, rdev) != 0) {
+        fuse_reply_err(req, errno);
+        return;
+    }
+    rc = sqz_chown_new(fs, req, p->fd, name, &pst);
+    if (rc) {
+        unlinkat(p->fd, name, 0);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    reply_new_entry(req, fs, p, name);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+                       const char *name)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *p = sqz_inode_of(fs, parent);
+    int e = check_new_name(fs, name);
+    if (e) {
+        fuse_reply_err(req, e);
+        return;
+    }
+    struct stat pst;
+    int rc = sqz_backing_stat(p, &pst);
+    if (rc == 0 && symlinkat(link, p->fd, name) != 0)
+        rc = -errno;
+    if (rc == 0) {
+        rc = sqz_chown_new(fs, req, p->fd, name, &pst);
+        if (rc)
+            unlinkat(p->fd, name, 0);
+    }
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    reply_new_entry(req, fs, p, name);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+                    const char *newname)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    struct sqz_inode *p = sqz_inode_of(fs, newparent);
+    int e = check_new_name(fs, newname);
+    if (e) {
+        fuse_reply_err(req, e);
+        return;
+    }
+    if (linkat(in->fd, "", p->fd, newname, AT_EMPTY_PATH) != 0) {
+        /* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc works otherwise
+         * (not for symlinks, which it would follow). */
+        int err = errno;
+        if ((err != EPERM && err != ENOENT) || in->type == S_IFLNK) {
+            fuse_reply_err(req, err);
+            return;
+        }
+        char pp[64];
+        sqz_proc_path(in->fd, pp, sizeof(pp));
+        if (linkat(AT_FDCWD, pp, p->fd, newname, AT_SYMLINK_FOLLOW) != 0) {
+            fuse_reply_err(req, errno);
+            return;
+        }
+    }
+    reply_new_entry(req, fs, p, newname);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *p = sqz_inode_of(fs, parent);
+    if (!sqz_name_ok(name)) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    if (sqz_name_hidden(name)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    fuse_reply_err(req, unlinkat(p->fd, name, 0) ? errno : 0);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *p = sqz_inode_of(fs, parent);
+    if (!sqz_name_ok(name)) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    if (sqz_name_hidden(name)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    fuse_reply_err(req, unlinkat(p->fd, name, AT_REMOVEDIR) ? errno : 0);
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+                      fuse_ino_t newparent, const char *newname,
+                      unsigned int flags)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *p = sqz_inode_of(fs, parent);
+    struct sqz_inode *np = sqz_inode_of(fs, newparent);
+    if (!sqz_name_ok(name) || !sqz_name_ok(newname)) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    if (sqz_name_hidden(name)) {
+        fuse_reply_err(req, ENOENT);
+        return;
+    }
+    if (sqz_name_hidden(newname)) {
+        fuse_reply_err(req, EPERM);
+        return;
+    }
+    if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    if (renameat2(p->fd, name, np->fd, newname, flags) != 0)
+        fuse_reply_err(req, errno);
+    else
+        fuse_reply_err(req, 0);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    char buf[PATH_MAX + 1];
+    ssize_t r = readlinkat(in->fd, "", buf, sizeof(buf));
+    if (r < 0) {
+        fuse_reply_err(req, errno);
+        return;
+    }
+    if ((size_t)r >= sizeof(buf)) {
+        fuse_reply_err(req, ENAMETOOLONG);
+        return;
+    }
+    buf[r] = '\0';
+    fuse_reply_readlink(req, buf);
+}
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+    (void)ino;
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct statvfs sv;
+    if (fstatvfs(fs->root_dirfd, &sv) != 0)
+        fuse_reply_err(req, errno);
+    else
+        fuse_reply_statfs(req, &sv);
+}
+
+/* Only reached without default_permissions (then only the mounting user
+ * can use the mount): check the mode bits for the caller. */
+static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    struct stat st;
+    int rc = sqz_backing_stat(in, &st);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    if ((mask & W_OK) && fs->opts.ro) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    if (mask == F_OK) {
+        fuse_reply_err(req, 0);
+        return;
+    }
+    if (ctx->uid == 0) {
+        /* root: X needs at least one x bit (or a directory). */
+        int ok = !(mask & X_OK) || S_ISDIR(st.st_mode) ||
+                 (st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH));
+        fuse_reply_err(req, ok ? 0 : EACCES);
+        return;
+    }
+    mode_t bits;
+    if (ctx->uid == st.st_uid) {
+        bits = (st.st_mode >> 6) & 7;
+    } else {
+        int ingroup = ctx->gid == st.st_gid;
+        if (!ingroup) {
+            gid_t groups[64];
+            int n = fuse_req_getgroups(req, 64, groups);
+            for (int i = 0; i < n && i < 64; i++)
+                if (groups[i] == st.st_gid)
+                    ingroup = 1;
+        }
+        bits = ingroup ? (st.st_mode >> 3) & 7 : st.st_mode & 7;
+    }
+    int need = ((mask & R_OK) ? 4 : 0) | ((mask & W_OK) ? 2 : 0) |
+               ((mask & X_OK) ? 1 : 0);
+    fuse_reply_err(req, ((int)bits & need) == need ? 0 : EACCES);
+}
+
+void sqz_ops_entry(struct fuse_lowlevel_ops *ops)
+{
+    ops->lookup = op_lookup;
+    ops->forget = op_forget;
+    ops->forget_multi = op_forget_multi;
+    ops->getattr = op_getattr;
+    ops->setattr = op_setattr;
+    ops->mkdir = op_mkdir;
+    ops->mknod = op_mknod;
+    ops->symlink = op_symlink;
+    ops->link = op_link;
+    ops->unlink = op_unlink;
+    ops->rmdir = op_rmdir;
+    ops->rename = op_rename;
+    ops->readlink = op_readlink;
+    ops->statfs = op_statfs;
+    ops->access = op_access;
+}

@@ -1,0 +1,267 @@
+/* File operations: create, open, read, write, flush, release, fsync,
+ * fallocate. The data path lives in content.c; this file adapts FUSE
+ * requests to it. */
+#include "fuse/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static struct sqz_handle *handle_of(struct fuse_file_info *fi)
+{
+    return (struct sqz_handle *)(uintptr_t)fi->fh;
+}
+
+/* With the kernel writeback cache the kernel may read pages of a
+ * write-only file and computes append offsets itself. */
+static int adjust_flags(struct sqz_fs *fs, int flags)
+{
+    if (fs->opts.writeback) {
+        if ((flags & O_ACCMODE) == O_WRONLY)
+            flags = (flags & ~O_ACCMODE) | O_RDWR;
+        flags &= ~O_APPEND;
+    }
+    return flags;
+}
+
+int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
+                  const char *name, const struct stat *parent_st)
+{
+    if (fs->uid != 0)
+        return 0;
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    gid_t gid = (parent_st->st_mode & S_ISGID) ? parent_st->st_gid : ctx->gid;
+    if (fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
+    return 0;
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    if (in->type != S_IFREG) {
+        fuse_reply_err(req, in->type == S_IFDIR ? EISDIR : EINVAL);
+        return;
+    }
+    struct sqz_handle *h = malloc(sizeof(*h));
+    if (!h) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    int kc = 0;
+    int rc = sqz_content_open(fs, in, adjust_flags(fs, fi->flags), h, &kc);
+    if (rc) {
+        free(h);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->keep_cache = kc ? 1 : 0;
+    fi->direct_io = 0;
+    if (fuse_reply_open(req, fi) != 0) { /* interrupted: undo */
+        sqz_content_release(fs, h);
+        free(h);
+    }
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+                      mode_t mode, struct fuse_file_info *fi)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *p = sqz_inode_of(fs, parent);
+    if (!sqz_name_ok(name)) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    if (sqz_name_hidden(name)) {
+        fuse_reply_err(req, EPERM);
+        return;
+    }
+    if (fs->opts.ro) {
+        fuse_reply_err(req, EROFS);
+        return;
+    }
+    int flags = adjust_flags(fs, fi->flags);
+    struct stat pst;
+    int rc = sqz_backing_stat(p, &pst);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    char rel[PATH_MAX];
+    rc = sqz_inode_relpath(fs, p, rel, sizeof(rel));
+    if (rc == 0) {
+        size_t l = strlen(rel);
+        int n = snprintf(rel + l, sizeof(rel) - l, "%s%s", l ? "/" : "", name);
+        if (n < 0 || (size_t)n >= sizeof(rel) - l)
+            rc = -ENAMETOOLONG;
+    }
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    struct sqz_handle *h = malloc(sizeof(*h));
+    if (!h) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    struct fuse_entry_param e;
+    int fd = openat(p->fd, name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC,
+                    mode & 07777);
+    if (fd < 0) {
+        rc = -errno;
+        if (rc == -EEXIST && !(flags & O_EXCL)) {
+            /* Raced with another creator: open the existing file. */
+            rc = sqz_do_lookup(fs, p, name, &e);
+            if (rc == 0) {
+                struct sqz_inode *in = sqz_inode_of(fs, e.ino);
+                int kc = 0;
+                rc = in->type == S_IFREG
+                         ? sqz_content_open(fs, in, flags & ~O_CREAT, h, &kc)
+                         : -EISDIR;
+                if (rc) {
+                    sqz_inode_forget(fs, in, 1);
+                } else {
+                    fi->fh = (uint64_t)(uintptr_t)h;
+                    fi->keep_cache = kc ? 1 : 0;
+                    if (fuse_reply_create(req, &e, fi) != 0) {
+                        sqz_content_release(fs, h);
+                        free(h);
+                        sqz_inode_forget(fs, in, 1);
+                    }
+                    return;
+                }
+            }
+        }
+        free(h);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    close(fd);
+    rc = sqz_chown_new(fs, req, p->fd, name, &pst);
+    if (rc == 0)
+        rc = sqz_do_lookup(fs, p, name, &e);
+    if (rc) {
+        unlinkat(p->fd, name, 0);
+        free(h);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    struct sqz_inode *in = sqz_inode_of(fs, e.ino);
+    rc = sqz_content_create(fs, in, rel, flags, h);
+    if (rc) {
+        sqz_logf(0, "%s: cannot create container: %s", rel, strerror(-rc));
+        unlinkat(p->fd, name, 0);
+        sqz_inode_forget(fs, in, 1);
+        free(h);
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    /* Attributes after the container header was written. */
+    sqz_getattr(fs, in, &e.attr);
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->keep_cache = 0;
+    fi->direct_io = 0;
+    if (fuse_reply_create(req, &e, fi) != 0) {
+        sqz_content_release(fs, h);
+        free(h);
+        sqz_inode_forget(fs, in, 1);
+    }
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+                    struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sqz_fs *fs = sqz_fs_of(req);
+    if (off < 0) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    void *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    ssize_t r = sqz_content_read(fs, handle_of(fi), buf, size, (uint64_t)off);
+    if (r < 0)
+        fuse_reply_err(req, (int)-r);
+    else
+        fuse_reply_buf(req, buf, (size_t)r);
+    free(buf);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+                     size_t size, off_t off, struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sqz_fs *fs = sqz_fs_of(req);
+    if (off < 0) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    ssize_t r = sqz_content_write(fs, handle_of(fi), buf, size, (uint64_t)off,
+                                  fi->writepage);
+    if (r < 0)
+        fuse_reply_err(req, (int)-r);
+    else
+        fuse_reply_write(req, (size_t)r);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    (void)ino;
+    int rc = sqz_content_flush(sqz_fs_of(req), handle_of(fi));
+    fuse_reply_err(req, -rc);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino,
+                       struct fuse_file_info *fi)
+{
+    (void)ino;
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_handle *h = handle_of(fi);
+    int rc = sqz_content_release(fs, h);
+    if (rc < 0)
+        sqz_logf(0, "commit at close failed: %s", strerror(-rc));
+    free(h);
+    fuse_reply_err(req, -rc);
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+                     struct fuse_file_info *fi)
+{
+    (void)ino;
+    int rc = sqz_content_fsync(sqz_fs_of(req), handle_of(fi), datasync);
+    fuse_reply_err(req, -rc);
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
+                         off_t len, struct fuse_file_info *fi)
+{
+    (void)ino;
+    if (off < 0 || len <= 0) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    int rc = sqz_content_fallocate(sqz_fs_of(req), handle_of(fi), mode,
+                                   (uint64_t)off, (uint64_t)len);
+    fuse_reply_err(req, -rc);
+}
+
+void sqz_ops_file(struct fuse_lowlevel_ops *ops)
+{
+    ops->open = op_open;
+    ops->create = op_create;
+    ops->read = op_read;
+    ops->write = op_write;
+    ops->flush = op_flush;
+    ops->release = op_release;
+    ops->fsync = op_fsync;
+    ops->fallocate = op_fallocate;
+}

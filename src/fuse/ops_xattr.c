@@ -1,0 +1,378 @@
+/* Extended attributes.
+ *  - user.* attributes are passed through to BACKING; other namespaces are
+ *    not exposed (security.capability, asked before every write, is
+ *    answered ENODATA without backing I/O; no ACLs).
+ *  - virtual, never stored: user.squeezefs.stats (mount root: engine
+ *    counters), user.squeezefs.stat (regular file: container figures),
+ *    user.squeezefs.effective (any: "SPEC SOURCE WHERE"),
+ *    user.squeezefs.recompress (set only: rewrite the file).
+ *  - user.squeezefs.policy is real but validated, owner or root only. */
+#include "fuse/fs.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+
+static void reply_value(fuse_req_t req, size_t size, const char *val,
+                        size_t len)
+{
+    if (size == 0)
+        fuse_reply_xattr(req, len);
+    else if (len > size)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, val, len);
+}
+
+static int is_user_ns(const char *name)
+{
+    return strncmp(name, "user.", 5) == 0;
+}
+
+static int is_virtual(const char *name)
+{
+    return strcmp(name, SQZ_XATTR_STATS) == 0 ||
+           strcmp(name, SQZ_XATTR_STAT) == 0 ||
+           strcmp(name, SQZ_XATTR_EFFECTIVE) == 0 ||
+           strcmp(name, SQZ_XATTR_RECOMPRESS) == 0;
+}
+
+static int caller_owns(fuse_req_t req, struct sqz_inode *in)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    if (ctx->uid == 0)
+        return 1;
+    struct stat st;
+    if (sqz_backing_stat(in, &st) != 0)
+        return 0;
+    return st.st_uid == ctx->uid;
+}
+
+static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
+{
+    sqz_stats s;
+    sqz_engine_stats(fs->engine, &s);
+    return snprintf(buf, n,
+        "{\"logical_bytes_read\": %" PRIu64 ", \"logical_bytes_written\": %" PRIu64
+        ", \"backing_bytes_read\": %" PRIu64 ", \"backing_bytes_written\": %" PRIu64
+        ", \"blocks_decompressed\": %" PRIu64 ", \"bytes_decompressed\": %" PRIu64
+        ", \"blocks_compressed\": %" PRIu64 ", \"bytes_compressed\": %" PRIu64
+        ", \"raw_blocks_stored\": %" PRIu64 ", \"cache_hits\": %" PRIu64
+        ", \"cache_misses\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
+        ", \"dirty_bytes\": %" PRIu64 "}",
+        s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
+        s.backing_bytes_written, s.blocks_decompressed, s.bytes_decompressed,
+        s.blocks_compressed, s.bytes_compressed, s.raw_blocks_stored,
+        s.cache_hits, s.cache_misses, s.cache_bytes, s.dirty_bytes);
+}
+
+static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)
+{
+    const char *alg = sqz_alg_name(st->params.alg);
+    /* As kdb+ (-21!) and `squeezefs stat` on BACKING: the compressed
+     * length is the size of the backing file. */
+    uint64_t clen = st->backing_size;
+    double ratio = clen ? (double)st->length / (double)clen : 0.0;
+    return snprintf(buf, n,
+        "{\"compressedLength\": %" PRIu64 ", \"uncompressedLength\": %" PRIu64
+        ", \"algorithm\": \"%s\", \"zipLevel\": %d, \"logicalBlockSize\": %d"
+        ", \"blocks\": %" PRIu64 ", \"rawBlocks\": %" PRIu64
+        ", \"holeBlocks\": %" PRIu64 ", \"ratio\": %.4f"
+        ", \"backingSize\": %" PRIu64 ", \"backingAlloc\": %" PRIu64
+        ", \"auto\": %s}",
+        clen, st->length, alg ? alg : "unknown",
+        st->params.level, st->params.log2bs, st->blocks, st->raw_blocks,
+        st->hole_blocks, ratio, st->backing_size, st->backing_alloc,
+        st->params.auto_mode ? "true" : "false");
+}
+
+static const char *source_name(sqz_policy_source s)
+{
+    switch (s) {
+    case SQZ_SRC_FILE: return "file";
+    case SQZ_SRC_DIRECTORY: return "directory";
+    case SQZ_SRC_RULE: return "rule";
+    default: return "default";
+    }
+}
+
+static int effective_line(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                          size_t n)
+{
+    char rel[PATH_MAX];
+    int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
+    if (rc)
+        return rc;
+    sqz_resolved r;
+    rc = sqz_resolve(fs, rel, &r);
+    if (rc)
+        return rc;
+    char spec[64];
+    if (sqz_spec_format(&r.spec, spec, sizeof(spec)) < 0)
+        return -EIO;
+    const char *where = r.where;
+    if (r.source == SQZ_SRC_DEFAULT || !where[0])
+        where = "-";
+    return snprintf(buf, n, "%s %s %s", spec, source_name(r.source), where);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+                        size_t size)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    if (!is_user_ns(name)) {
+        fuse_reply_err(req, ENODATA);
+        return;
+    }
+    char buf[2048];
+    int len = -ENODATA;
+    if (strcmp(name, SQZ_XATTR_STATS) == 0) {
+        if (in->is_root)
+            len = stats_json(fs, buf, sizeof(buf));
+    } else if (strcmp(name, SQZ_XATTR_STAT) == 0) {
+        struct sqz_ctr_stat st;
+        len = sqz_content_ctr_stat(fs, in, &st);
+        if (len == 0)
+            len = stat_json(&st, buf, sizeof(buf));
+    } else if (strcmp(name, SQZ_XATTR_EFFECTIVE) == 0) {
+        len = effective_line(fs, in, buf, sizeof(buf));
+    } else if (strcmp(name, SQZ_XATTR_RECOMPRESS) == 0) {
+        len = -ENODATA;
+    } else {
+        if (in->type == S_IFLNK) {
+            fuse_reply_err(req, ENODATA);
+            return;
+        }
+        char pp[64];
+        sqz_proc_path(in->fd, pp, sizeof(pp));
+        if (size == 0) {
+            ssize_t r = getxattr(pp, name, NULL, 0);
+            if (r < 0)
+                fuse_reply_err(req, errno);
+            else
+                fuse_reply_xattr(req, (size_t)r);
+            return;
+        }
+        char *v = malloc(size);
+        if (!v) {
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        ssize_t r = getxattr(pp, name, v, size);
+        if (r < 0)
+            fuse_reply_err(req, errno);
+        else
+            fuse_reply_buf(req, v, (size_t)r);
+        free(v);
+        return;
+    }
+    if (len < 0) {
+        fuse_reply_err(req, -len);
+        return;
+    }
+    if ((size_t)len >= sizeof(buf)) {
+        fuse_reply_err(req, E2BIG);
+        return;
+    }
+    reply_value(req, size, buf, (size_t)len);
+}
+
+/* Copy value (not NUL-terminated) trimmed of surrounding white space. */
+static char *trimmed(const char *value, size_t size)
+{
+    while (size > 0 && isspace((unsigned char)value[0])) {
+        value++;
+        size--;
+    }
+    while (size > 0 && (isspace((unsigned char)value[size - 1]) ||
+                        value[size - 1] == '\0'))
+        size--;
+    char *s = malloc(size + 1);
+    if (!s)
+        return NULL;
+    memcpy(s, value, size);
+    s[size] = '\0';
+    return s;
+}
+
+static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
+                      const char *value, size_t size, int flags)
+{
+    if (!caller_owns(req, in))
+        return -EPERM;
+    if (in->type != S_IFREG && in->type != S_IFDIR)
+        return -EPERM;
+    char *text = trimmed(value, size);
+    if (!text)
+        return -ENOMEM;
+    sqz_spec spec;
+    char err[256] = "";
+    int rc = sqz_spec_parse(text, &spec, err, sizeof(err));
+    if (rc) {
+        char rel[PATH_MAX];
+        if (sqz_inode_relpath(fs, in, rel, sizeof(rel)) != 0)
+            rel[0] = '\0';
+        sqz_logf(1, "%s: rejected %s '%s': %s", rel[0] ? rel : "/",
+                 SQZ_POLICY_XATTR, text, err);
+        free(text);
+        return -EINVAL;
+    }
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    rc = setxattr(pp, SQZ_POLICY_XATTR, text, strlen(text), flags) ? -errno : 0;
+    free(text);
+    return rc;
+}
+
+static int do_recompress(fuse_req_t req, struct sqz_fs *fs,
+                         struct sqz_inode *in, const char *value, size_t size)
+{
+    if (in->type != S_IFREG)
+        return -EINVAL;
+    if (!caller_owns(req, in))
+        return -EPERM;
+    char *text = trimmed(value, size);
+    if (!text)
+        return -ENOMEM;
+    char rel[PATH_MAX];
+    int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
+    sqz_spec spec;
+    if (rc == 0 && text[0]) {
+        char err[256] = "";
+        if (sqz_spec_parse(text, &spec, err, sizeof(err)) != 0) {
+            sqz_logf(1, "%s: recompress: bad SPEC '%s': %s", rel, text, err);
+            rc = -EINVAL;
+        }
+        /* without a block size, recompress keeps the file's own */
+    } else if (rc == 0) {
+        sqz_resolved r;
+        rc = sqz_resolve(fs, rel, &r);
+        spec = r.spec;
+    }
+    free(text);
+    if (rc == 0)
+        rc = sqz_recompress(fs, in, &spec);
+    if (rc && rc != -EINVAL)
+        sqz_logf(0, "%s: recompress failed: %s", rel, strerror(-rc));
+    return rc;
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+                        const char *value, size_t size, int flags)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    int rc;
+    if (!is_user_ns(name))
+        rc = -EOPNOTSUPP;
+    else if (fs->opts.ro)
+        rc = -EROFS;
+    else if (strcmp(name, SQZ_XATTR_RECOMPRESS) == 0)
+        rc = do_recompress(req, fs, in, value, size);
+    else if (is_virtual(name))
+        rc = -EPERM;
+    else if (strcmp(name, SQZ_POLICY_XATTR) == 0)
+        rc = set_policy(req, fs, in, value, size, flags);
+    else if (in->type == S_IFLNK)
+        rc = -EPERM;
+    else {
+        char pp[64];
+        sqz_proc_path(in->fd, pp, sizeof(pp));
+        rc = setxattr(pp, name, value, size, flags) ? -errno : 0;
+    }
+    fuse_reply_err(req, -rc);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    int rc;
+    if (!is_user_ns(name))
+        rc = -ENODATA;
+    else if (fs->opts.ro)
+        rc = -EROFS;
+    else if (is_virtual(name))
+        rc = -EPERM;
+    else if (strcmp(name, SQZ_POLICY_XATTR) == 0 && !caller_owns(req, in))
+        rc = -EPERM;
+    else if (in->type == S_IFLNK)
+        rc = -ENODATA;
+    else {
+        char pp[64];
+        sqz_proc_path(in->fd, pp, sizeof(pp));
+        rc = removexattr(pp, name) ? -errno : 0;
+    }
+    fuse_reply_err(req, -rc);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    if (in->type == S_IFLNK) {
+        reply_value(req, size, "", 0);
+        return;
+    }
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    ssize_t n = listxattr(pp, NULL, 0);
+    if (n < 0) {
+        fuse_reply_err(req, errno);
+        return;
+    }
+    char *all = NULL;
+    for (int tries = 0; tries < 4; tries++) {
+        free(all);
+        all = malloc((size_t)n + 1);
+        if (!all) {
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        ssize_t r = listxattr(pp, all, (size_t)n + 1);
+        if (r >= 0) {
+            n = r;
+            break;
+        }
+        if (errno != ERANGE || tries == 3) {
+            int e = errno;
+            free(all);
+            fuse_reply_err(req, e);
+            return;
+        }
+        n = listxattr(pp, NULL, 0);
+        if (n < 0) {
+            int e = errno;
+            free(all);
+            fuse_reply_err(req, e);
+            return;
+        }
+    }
+    /* Keep the user.* names only (compacting in place). */
+    size_t out = 0;
+    for (size_t i = 0; i < (size_t)n;) {
+        size_t l = strnlen(all + i, (size_t)n - i);
+        if (is_user_ns(all + i)) {
+            memmove(all + out, all + i, l);
+            all[out + l] = '\0';
+            out += l + 1;
+        }
+        i += l + 1;
+    }
+    reply_value(req, size, all, out);
+    free(all);
+}
+
+void sqz_ops_xattr(struct fuse_lowlevel_ops *ops)
+{
+    ops->getxattr = op_getxattr;
+    ops->setxattr = op_setxattr;
+    ops->listxattr = op_listxattr;
+    ops->removexattr = op_removexattr;
+}

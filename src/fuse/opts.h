@@ -1,0 +1,54 @@
+/* squeezefs mount options: parsing of the `-o` option string into a struct.
+ * Pure (no I/O, no global state): the fuzzer calls sqz_parse_mount_options
+ * directly. Options that are not squeezefs' own are collected, in order, into
+ * `fuse_opts` and handed to libfuse (fsname, subtype, max_read, ...). */
+#ifndef SQZ_FUSE_OPTS_H
+#define SQZ_FUSE_OPTS_H
+
+#include <stddef.h>
+
+#include "squeezefs/policy.h"
+
+#define SQZ_DEFAULT_SPEC "zstd:1/128K"
+#define SQZ_DEFAULT_CACHE_BYTES (256u * 1024u * 1024u)
+
+struct sqz_mount_opts {
+    sqz_spec spec;          /* compress= (default zstd:1/128K); block size
+                               always set after sqz_mount_opts_finish */
+    int block_log2;         /* block= override, 0 if not given */
+    size_t cache_bytes;     /* cache= */
+    int threads;            /* threads= (0 = number of cores) */
+    unsigned min_saving;    /* min_saving= in permille (default 125) */
+    char *policy_file;      /* policy= (malloc'd) or NULL */
+    int writeback;          /* -o writeback */
+    int ro;                 /* -o ro */
+    int allow_other;        /* -o allow_other (forces default_permissions) */
+    int default_permissions;
+    int user_fsname;        /* fsname= given by the user */
+    int user_subtype;       /* subtype= given by the user */
+    char *fuse_opts;        /* pass-through options for libfuse, comma
+                               separated (commas inside values escaped with
+                               '\'), malloc'd, or NULL */
+};
+
+/* Defaults: compress=zstd:1/128K, cache=256M, threads=0, min_saving=12.5. */
+void sqz_mount_opts_init(struct sqz_mount_opts *o);
+/* Free what the struct owns (policy_file, fuse_opts); safe to call twice. */
+void sqz_mount_opts_free(struct sqz_mount_opts *o);
+
+/* Parse one comma-separated option string (the argument of one -o) and add
+ * it to *out, which must have been initialised with sqz_mount_opts_init
+ * (several -o accumulate; later values override earlier ones). A backslash
+ * escapes the next character (e.g. a comma inside fsname=). Returns 0, or
+ * -EINVAL with a clear message in err (naming the option), or -ENOMEM. On
+ * error *out stays valid (free it with sqz_mount_opts_free). */
+int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
+                            char *err, size_t errlen);
+
+/* Apply the block= override to the spec. Call once after all -o. */
+void sqz_mount_opts_finish(struct sqz_mount_opts *o);
+
+/* Parse a size with optional K/M/G/T suffix (binary) into bytes. */
+int sqz_parse_size(const char *text, size_t *out);
+
+#endif

@@ -1,0 +1,386 @@
+/* user.squeezefs.recompress: rewrite a regular file under another policy,
+ * crash-safely:
+ *   1. write a new container to SQZ_TMP_PREFIX<random> in the same backing
+ *      directory (hidden from the mount), copy owner/mode/user xattrs,
+ *      fsync it;
+ *   2. renameat over the original, fsync the directory;
+ *   3. swap the inode over to the new backing file: its O_PATH fd is
+ *      replaced in place with dup3 (same fd number), the inode table is
+ *      re-keyed to the new (dev, ino), and an open sqz_file is replaced by
+ *      the new one. The kernel node id stays the same.
+ * A crash before step 2 leaves the original untouched (plus a hidden
+ * temporary); after it, the new file is complete and durable.
+ * Runs with the inode's io lock held exclusive. Refused (EMLINK) for files
+ * with several hard links (renaming would split them) and (EBUSY) while
+ * the file is open as a plain passthrough file. */
+#include "fuse/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+/* Source of the data being rewritten. */
+struct source {
+    sqz_file *sf;   /* the inode's open sqz_file, or */
+    sqz_ctr *ctr;   /* a temporary read-only container, or */
+    int plain_fd;   /* a plain file */
+};
+
+static ssize_t src_read(struct source *s, void *buf, size_t n, uint64_t off)
+{
+    if (s->sf)
+        return sqz_file_read(s->sf, buf, n, off);
+    if (s->ctr)
+        return sqz_ctr_pread(s->ctr, buf, n, off);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = pread(s->plain_fd, (char *)buf + done, n - done,
+                          (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (r == 0)
+            break;
+        done += (size_t)r;
+    }
+    return (ssize_t)done;
+}
+
+static int all_zero(const unsigned char *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i])
+            return 0;
+    return 1;
+}
+
+/* Copy the user.* xattrs of the file at path src to fd. */
+static int copy_xattrs(const char *src, int fd)
+{
+    ssize_t n = listxattr(src, NULL, 0);
+    if (n <= 0)
+        return n < 0 ? -errno : 0;
+    char *names = malloc((size_t)n);
+    if (!names)
+        return -ENOMEM;
+    n = listxattr(src, names, (size_t)n);
+    if (n < 0) {
+        int e = -errno;
+        free(names);
+        return e;
+    }
+    int rc = 0;
+    for (ssize_t i = 0; i < n && rc == 0; i += (ssize_t)strlen(names + i) + 1) {
+        const char *name = names + i;
+        if (strncmp(name, "user.", 5) != 0)
+            continue;
+        ssize_t vl = getxattr(src, name, NULL, 0);
+        if (vl < 0) {
+            rc = -errno;
+            break;
+        }
+        char *v = malloc((size_t)vl + 1);
+        if (!v) {
+            rc = -ENOMEM;
+            break;
+        }
+        vl = getxattr(src, name, v, (size_t)vl);
+        if (vl < 0 || fsetxattr(fd, name, v, (size_t)vl, 0) != 0)
+            rc = -errno;
+        free(v);
+    }
+    free(names);
+    return rc;
+}
+
+static int choose_auto(struct source *s, sqz_params *p, uint64_t len)
+{
+    size_t n = (size_t)4 << p->log2bs;
+    if (len < n)
+        n = (size_t)len;
+    if (n == 0) {
+        p->alg = SQZ_ALG_ZSTD;
+        p->level = sqz_level_default(SQZ_ALG_ZSTD);
+        return 0;
+    }
+    void *buf = malloc(n);
+    if (!buf)
+        return -ENOMEM;
+    ssize_t r = src_read(s, buf, n, 0);
+    int rc = r < 0 ? (int)r
+                   : sqz_auto_choose(p->auto_mode, buf, (size_t)r, p->log2bs,
+                                     &p->alg, &p->level);
+    free(buf);
+    return rc;
+}
+
+/* Write the whole source into the new sqz_file. */
+static int copy_data(struct source *s, sqz_file *dst, uint64_t len,
+                     size_t chunk)
+{
+    unsigned char *buf = malloc(chunk);
+    if (!buf)
+        return -ENOMEM;
+    int rc = sqz_file_truncate(dst, len);
+    for (uint64_t off = 0; rc == 0 && off < len;) {
+        size_t want = len - off < chunk ? (size_t)(len - off) : chunk;
+        ssize_t r = src_read(s, buf, want, off);
+        if (r < 0) {
+            rc = (int)r;
+            break;
+        }
+        if ((size_t)r != want) {
+            rc = -EIO; /* source shrank under us */
+            break;
+        }
+        if (!all_zero(buf, want)) {
+            ssize_t w = sqz_file_write(dst, buf, want, off);
+            if (w < 0)
+                rc = (int)w;
+            else if ((size_t)w != want)
+                rc = -EIO;
+        }
+        off += want;
+    }
+    free(buf);
+    return rc;
+}
+
+static int split_path(const char *abs, char *dir, size_t dn, char *base,
+                      size_t bn)
+{
+    const char *slash = strrchr(abs, '/');
+    if (!slash || !slash[1])
+        return -EINVAL;
+    size_t dl = (size_t)(slash - abs);
+    if (dl == 0)
+        dl = 1;
+    if (dl >= dn || strlen(slash + 1) >= bn)
+        return -ENAMETOOLONG;
+    memcpy(dir, abs, dl);
+    dir[dl] = '\0';
+    strcpy(base, slash + 1);
+    return 0;
+}
+
+int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
+                   const sqz_spec *spec)
+{
+    if (in->type != S_IFREG)
+        return -EINVAL;
+    sqz_params p;
+    sqz_params_from_spec(fs, spec, &p);
+    char err[256] = "";
+
+    char label[PATH_MAX];
+    sqz_content_label(fs, in, label, sizeof(label));
+    char abs[PATH_MAX + 16], dir[PATH_MAX], base[NAME_MAX + 1];
+    char tmp[64];
+    int dirfd = -1, rc;
+    struct source src = {.sf = NULL, .ctr = NULL, .plain_fd = -1};
+    sqz_file *nsf = NULL;
+    int tmp_made = 0;
+
+    pthread_rwlock_wrlock(&in->io);
+    struct stat bst;
+    rc = sqz_backing_stat(in, &bst);
+    if (rc)
+        goto out;
+    if (bst.st_nlink > 1) {
+        rc = -EMLINK;
+        goto out;
+    }
+    if (in->plain_users > 0) {
+        rc = -EBUSY;
+        goto out;
+    }
+    enum sqz_kind kind;
+    uint64_t len;
+    rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (rc)
+        goto out;
+    if (kind == SQZ_K_DAMAGED) {
+        rc = -EIO;
+        goto out;
+    }
+    if (kind == SQZ_K_PENDING) {
+        rc = sqz_content_materialize_locked(fs, in, NULL, 0);
+        if (rc)
+            goto out;
+        kind = SQZ_K_CONTAINER;
+        len = 0;
+    }
+    /* The source. */
+    if (kind == SQZ_K_CONTAINER && in->sf) {
+        rc = sqz_file_flush(in->sf);
+        if (rc)
+            goto out;
+        src.sf = in->sf;
+        len = sqz_file_length(in->sf);
+    } else {
+        int fd = sqz_content_reopen(in, O_RDONLY);
+        if (fd < 0) {
+            rc = fd;
+            goto out;
+        }
+        if (kind == SQZ_K_CONTAINER) {
+            rc = sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &src.ctr);
+            if (rc)
+                goto out;
+            len = sqz_ctr_length(src.ctr);
+        } else {
+            src.plain_fd = fd;
+            len = (uint64_t)bst.st_size;
+        }
+    }
+    if (spec->log2bs == 0) {
+        /* No block size given: keep the file's (plain: the policy's). */
+        const sqz_ctr *cur = src.sf ? sqz_file_ctr(src.sf) : src.ctr;
+        if (cur) {
+            p.log2bs = sqz_ctr_params(cur)->log2bs;
+        } else {
+            char rel[PATH_MAX];
+            sqz_resolved r;
+            rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
+            if (rc == 0)
+                rc = sqz_resolve(fs, rel, &r);
+            if (rc)
+                goto out;
+            p.log2bs = r.spec.log2bs;
+        }
+    }
+    if (spec->auto_mode == SQZ_AUTO_NONE &&
+        sqz_params_check(&p, err, sizeof(err)) != 0) {
+        rc = -EINVAL;
+        goto out;
+    }
+    if (spec->auto_mode != SQZ_AUTO_NONE) {
+        rc = choose_auto(&src, &p, len);
+        if (rc)
+            goto out;
+    }
+
+    /* The temporary next to the original. */
+    rc = sqz_inode_abspath(in, abs, sizeof(abs));
+    if (rc == 0)
+        rc = split_path(abs, dir, sizeof(dir), base, sizeof(base));
+    if (rc)
+        goto out;
+    dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dirfd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    struct stat cur;
+    if (fstatat(dirfd, base, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
+        cur.st_ino != bst.st_ino || cur.st_dev != bst.st_dev) {
+        rc = -EBUSY; /* renamed meanwhile */
+        goto out;
+    }
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rnd = (uint64_t)getpid() ^ (uint64_t)(uintptr_t)in;
+    snprintf(tmp, sizeof(tmp), SQZ_TMP_PREFIX "%016llx", (unsigned long long)rnd);
+    int tfd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     0600);
+    if (tfd < 0) {
+        rc = -errno;
+        goto out;
+    }
+    tmp_made = 1;
+    sqz_ctr *nc = NULL;
+    rc = sqz_ctr_create_fd(tfd, &p, label, &nc);
+    if (rc)
+        goto out;
+    rc = sqz_file_new(fs->engine, nc, &nsf);
+    if (rc) {
+        nsf = NULL;
+        goto out;
+    }
+    rc = copy_data(&src, nsf, len, (size_t)1 << 20);
+    if (rc == 0)
+        rc = sqz_file_fsync(nsf, 0);
+    if (rc)
+        goto out;
+    int cfd = sqz_ctr_fd(sqz_file_ctr(nsf));
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    if (fchown(cfd, bst.st_uid, bst.st_gid) != 0 ||
+        fchmod(cfd, bst.st_mode & 07777) != 0) {
+        rc = -errno;
+        goto out;
+    }
+    rc = copy_xattrs(pp, cfd);
+    if (rc)
+        goto out;
+    struct timespec times[2] = {bst.st_atim, bst.st_mtim};
+    if (futimens(cfd, times) != 0 || fsync(cfd) != 0) {
+        rc = -errno;
+        goto out;
+    }
+    if (renameat(dirfd, tmp, dirfd, base) != 0) {
+        rc = -errno;
+        goto out;
+    }
+    tmp_made = 0;
+    if (fsync(dirfd) != 0)
+        sqz_logf(1, "%s: recompress: fsync of the directory failed: %s", label,
+                 strerror(errno));
+
+    /* Swap the inode over to the new backing file. */
+    int npfd = openat(dirfd, base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat nst;
+    if (npfd < 0 || fstatat(npfd, "", &nst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+        rc = -errno;
+        if (npfd >= 0)
+            close(npfd);
+        sqz_logf(0, "%s: recompress: cannot reopen the new file: %s", label,
+                 strerror(-rc));
+        goto out;
+    }
+    if (dup3(npfd, in->fd, O_CLOEXEC) < 0) {
+        rc = -errno;
+        close(npfd);
+        goto out;
+    }
+    close(npfd);
+    sqz_inode_rekey(fs, in, nst.st_dev, nst.st_ino);
+    if (in->sf) {
+        sqz_file *old = in->sf;
+        in->sf = nsf;
+        in->sf_rw = 1;
+        src.sf = NULL;
+        int rc2 = sqz_file_close(old);
+        if (rc2)
+            sqz_logf(1, "%s: recompress: closing the old file: %s", label,
+                     strerror(-rc2));
+    } else {
+        rc = sqz_file_close(nsf);
+    }
+    nsf = NULL;
+    in->kind = sqz_content_handles_open(in) ? SQZ_K_CONTAINER : SQZ_K_UNKNOWN;
+    sqz_content_invalidate(in);
+    sqz_logf(2, "%s: recompressed", label);
+
+out:
+    if (nsf)
+        sqz_file_close(nsf);
+    if (tmp_made)
+        unlinkat(dirfd, tmp, 0);
+    if (src.ctr)
+        sqz_ctr_close(src.ctr);
+    if (src.plain_fd >= 0)
+        close(src.plain_fd);
+    if (dirfd >= 0)
+        close(dirfd);
+    pthread_rwlock_unlock(&in->io);
+    return rc;
+}
