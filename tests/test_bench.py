@@ -223,3 +223,9 @@ def test_plot(cli, tmp_path):
     for name in ["by_level.png", "by_lbs.png", "pareto.png"]:
         with open(plots / name, "rb") as f:
             assert f.read(8) == b"\x89PNG\r\n\x1a\n", name
+
+
+def test_bench_help(cli):
+    r = cli("bench", "--help", check=False)
+    assert r.returncode == 0, r.stderr
+    assert "usage: squeezefs bench" in r.stdout + r.stderr

@@ -11,6 +11,7 @@
 #include "fuse/fuse_main.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -276,6 +277,11 @@ int sqz_mount_main(int argc, char **argv)
 {
     static struct sqz_fs fs_storage; /* one mount per process */
     struct sqz_fs *fs = &fs_storage;
+    /* Block buffers are allocated and freed by many request and worker
+     * threads; glibc's default of 8 arenas per core keeps freed buffers in
+     * per-thread arenas and pushed the daemon's RSS to twice the cache size
+     * (docs/BENCHMARKS.md). Two arenas keep it near cache + dirty data. */
+    mallopt(M_ARENA_MAX, 2);
     memset(fs, 0, sizeof(*fs));
     fs->root_dirfd = -1;
     sqz_mount_opts_init(&fs->opts);
