@@ -89,6 +89,22 @@ static void reclaim(sqz_ctr *c, uint64_t limit)
     }
 }
 
+/* Write anchor slot seq & 1 as a full sector: {seq, the newest checkpoint
+ * (or none), durable_end}. No fsync. A torn write damages only this slot. */
+static int write_anchor(sqz_ctr *c, uint64_t seq, uint64_t durable_end)
+{
+    sqz_anchor a = {.seq = seq, .durable_end = durable_end};
+    if (c->st.ckpt_off) {
+        a.ckpt_off = c->st.ckpt_off;
+        a.ckpt_len = c->st.ckpt_end - c->st.ckpt_off;
+    }
+    unsigned slot = (unsigned)(seq & 1);
+    uint8_t sector[512] = {0};
+    sqz_anchor_encode(&a, slot, c->hdr.file_id, sector);
+    return c->io.pwrite(c->io.ctx, c->fd, sector, sizeof sector,
+                        SQZ_ANCHOR_OFF(slot));
+}
+
 int sqz_ctr_checkpoint_locked(sqz_ctr *c)
 {
     if (!c->writable)
@@ -112,22 +128,32 @@ int sqz_ctr_checkpoint_locked(sqz_ctr *c)
     c->end += len;
     c->since_ckpt = 0;
     /* the checkpoint (and everything before it) must be durable before an
-     * anchor points at it */
+     * anchor points at it; that also makes the last anchor write durable,
+     * so the slot written next is the only one a crash can tear */
     if ((r = c->io.sync(c->io.ctx, c->fd, 1)) < 0)
         return r;
-    sqz_anchor a = {.seq = c->st.anchor_seq + 1, .ckpt_off = at, .ckpt_len = len};
-    unsigned slot = (unsigned)(a.seq & 1);
-    uint8_t sector[512] = {0};
-    sqz_anchor_encode(&a, slot, c->hdr.file_id, sector);
-    if ((r = c->io.pwrite(c->io.ctx, c->fd, sector, sizeof sector,
-                          SQZ_ANCHOR_OFF(slot))) < 0)
-        return r;
-    /* the anchor must be durable before space it no longer needs is freed */
-    if ((r = c->io.sync(c->io.ctx, c->fd, 1)) < 0)
-        return r;
-    c->st.anchor_seq = a.seq;
+    uint64_t prev_off = c->st.ckpt_off, prev_end = c->st.ckpt_end;
     c->st.ckpt_off = at;
     c->st.ckpt_end = at + len;
+    if ((r = write_anchor(c, c->st.anchor_seq + 1, c->end)) < 0 ||
+        (r = c->io.sync(c->io.ctx, c->fd, 1)) < 0) {
+        /* the slot may hold either checkpoint; later anchors (written by
+         * sync) point at the old one until a checkpoint succeeds */
+        c->st.ckpt_off = prev_off;
+        c->st.ckpt_end = prev_end;
+        return r;
+    }
+    c->st.anchor_seq++;
+    c->marked_end = c->end;
+    if (c->punch_unsupported)
+        return 0;
+    /* Before space is freed, the other slot must point at this checkpoint
+     * too: it may still lead to an older checkpoint or to none (replay from
+     * offset 4096), and replaying from there would read punched space. */
+    if ((r = write_anchor(c, c->st.anchor_seq + 1, c->end)) < 0 ||
+        (r = c->io.sync(c->io.ctx, c->fd, 1)) < 0)
+        return r;
+    c->st.anchor_seq++;
     reclaim(c, at);
     return 0;
 }
@@ -140,6 +166,27 @@ int sqz_ctr_checkpoint(sqz_ctr *c)
     return r;
 }
 
+/* After a successful fdatasync covering the log up to c->end: record that
+ * in the anchor slot not holding the newest anchor (same checkpoint, seq+1),
+ * without another flush. The next fdatasync (sync or checkpoint) makes it
+ * durable, so the mark lags by at most one sync; a crash tearing this write
+ * leaves the other slot intact, and that one was made durable by the
+ * fdatasync just done. */
+static int mark_durable(sqz_ctr *c)
+{
+    if (c->end == c->marked_end)
+        return 0;
+    int r = write_anchor(c, c->st.anchor_seq + 1, c->end);
+    if (r < 0) {
+        sqz_logf(1, "%s: cannot write the durable mark (error %d)", c->label,
+                 -r);
+        return r;
+    }
+    c->st.anchor_seq++;
+    c->marked_end = c->end;
+    return 0;
+}
+
 int sqz_ctr_sync(sqz_ctr *c, int datasync)
 {
     pthread_rwlock_wrlock(&c->lock);
@@ -149,11 +196,13 @@ int sqz_ctr_sync(sqz_ctr *c, int datasync)
     else if (c->broken)
         r = -EIO;
     else if (c->since_ckpt > sqz_ckpt_threshold(c)) {
-        r = sqz_ctr_checkpoint_locked(c); /* fdatasyncs */
+        r = sqz_ctr_checkpoint_locked(c); /* fdatasyncs, marks */
         if (r == 0 && !datasync)
             r = c->io.sync(c->io.ctx, c->fd, 0);
     } else {
         r = c->io.sync(c->io.ctx, c->fd, datasync);
+        if (r == 0)
+            r = mark_durable(c);
     }
     pthread_rwlock_unlock(&c->lock);
     return r;

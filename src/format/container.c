@@ -74,9 +74,11 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         goto fail_c;
     }
     c->bs = (size_t)1 << c->hdr.params.log2bs;
-    if ((r = sqz_replay(io, fd, &c->hdr, fsize, &c->st, why)) < 0)
+    if ((r = sqz_replay(io, fd, &c->hdr, fsize, c->label, &c->st, why)) < 0)
         goto fail_c;
+    /* valid_end >= durable_end: only a tail after the synced log is cut */
     c->end = c->st.valid_end;
+    c->marked_end = c->st.durable_end;
     c->since_ckpt = c->end - c->st.ckpt_end;
     if (c->writable && fsize > c->end) {
         sqz_logf(1, "%s: discarding %llu bytes of torn/uncommitted tail",

@@ -16,7 +16,7 @@
 #define SQZ_FMT_VERSION 1u
 #define SQZ_HDR_REGION 4096u      /* header region; records start here */
 #define SQZ_HDR_SIZE 64u          /* used bytes of sector 0 */
-#define SQZ_ANCHOR_SIZE 48u
+#define SQZ_ANCHOR_SIZE 56u
 #define SQZ_ANCHOR_OFF(slot) (512u + 512u * (unsigned)(slot))
 #define SQZ_REC_HDR 32u           /* record header */
 #define SQZ_DATA_PREFIX 16u       /* DATA payload before the stored bytes */
@@ -87,9 +87,10 @@ int sqz_header_decode(const uint8_t *in, size_t n, sqz_header *h,
                       const char **why);
 
 typedef struct sqz_anchor {
-    uint64_t seq;       /* 0 = unused slot */
-    uint64_t ckpt_off;  /* offset of the CHECKPOINT record */
-    uint64_t ckpt_len;  /* its size on disk (padded) */
+    uint64_t seq;         /* 0 = unused slot */
+    uint64_t ckpt_off;    /* offset of the CHECKPOINT record (0: none yet) */
+    uint64_t ckpt_len;    /* its size on disk (padded; 0 with ckpt_off 0) */
+    uint64_t durable_end; /* the log before it was fdatasync'ed */
 } sqz_anchor;
 
 void sqz_anchor_encode(const sqz_anchor *a, unsigned slot, uint64_t file_id,
@@ -184,21 +185,33 @@ int sqz_ckpt_parse(const uint8_t *payload, uint32_t plen, uint64_t rec_off,
                    int log2bs, sqz_index *ix, uint64_t *length);
 
 /* ---- replay.c ---- */
+#define SQZ_DAMAGE_MAX 8
+typedef struct sqz_damage {
+    uint64_t off, len;        /* bytes of the synced log that were skipped */
+} sqz_damage;
+
 typedef struct sqz_state {
     sqz_index ix;
     uint64_t length;
     uint64_t txn;             /* last applied commit */
-    uint64_t valid_end;       /* end of the last applied record */
-    uint64_t anchor_seq;      /* seq of the anchor in use (0 none) */
+    uint64_t valid_end;       /* end of the applied log (>= durable_end) */
+    uint64_t anchor_seq;      /* seq of the newest anchor (0 none) */
     uint64_t ckpt_off;        /* newest checkpoint (0 none) */
     uint64_t ckpt_end;        /* end of it (4096 if none) */
+    uint64_t durable_end;     /* durable mark of the anchors (<= file size) */
     uint64_t dead_bytes;
+    /* damage met inside the durable part of the log (replay skipped it) */
+    unsigned ndamage;         /* regions found (the first SQZ_DAMAGE_MAX kept) */
+    sqz_damage damage[SQZ_DAMAGE_MAX];
+    uint64_t lost_commits;    /* transactions whose COMMIT record was lost */
 } sqz_state;
 
 /* Load the state of the container: anchors, checkpoint, replay. file_size
- * is the backing file's size. 0, -EBADMSG (why set), -ENOMEM, I/O errors. */
+ * is the backing file's size; label names the file in log lines. 0,
+ * -EBADMSG (why set), -ENOMEM, I/O errors. */
 int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
-               uint64_t file_size, sqz_state *st, const char **why);
+               uint64_t file_size, const char *label, sqz_state *st,
+               const char **why);
 
 /* Load and drop the checkpoint anchor a points to: 0 valid, -EBADMSG,
  * -ENOMEM or an I/O error. */
@@ -217,6 +230,7 @@ struct sqz_ctr {
     sqz_state st;
     uint64_t end;            /* append position (= valid end of the log) */
     uint64_t since_ckpt;     /* bytes appended since the newest checkpoint */
+    uint64_t marked_end;     /* durable end last written to an anchor slot */
     int broken;              /* a failed append could not be undone */
     int punch_unsupported;   /* logged once */
 };

@@ -64,8 +64,8 @@ int sqz_header_decode(const uint8_t *in, size_t n, sqz_header *h,
 
 /* anchor slot:
  *  0 magic u32  4 slot u32  8 file id u64  16 seq u64
- * 24 checkpoint offset u64  32 checkpoint length u64  40 reserved u32
- * 44 checksum u32 over bytes 0..43 */
+ * 24 checkpoint offset u64  32 checkpoint length u64 (both 0: none yet)
+ * 40 durable end u64  48 reserved u32  52 checksum u32 over bytes 0..51 */
 void sqz_anchor_encode(const sqz_anchor *a, unsigned slot, uint64_t file_id,
                        uint8_t out[SQZ_ANCHOR_SIZE])
 {
@@ -76,7 +76,8 @@ void sqz_anchor_encode(const sqz_anchor *a, unsigned slot, uint64_t file_id,
     sqz_put64(out + 16, a->seq);
     sqz_put64(out + 24, a->ckpt_off);
     sqz_put64(out + 32, a->ckpt_len);
-    sqz_put32(out + 44, sqz_checksum(out, 44));
+    sqz_put64(out + 40, a->durable_end);
+    sqz_put32(out + 52, sqz_checksum(out, 52));
 }
 
 int sqz_anchor_decode(const uint8_t *in, unsigned slot, uint64_t file_id,
@@ -92,12 +93,18 @@ int sqz_anchor_decode(const uint8_t *in, unsigned slot, uint64_t file_id,
     if (zero)
         return 0;
     if (sqz_get32(in) != SQZ_ANCHOR_MAGIC || sqz_get32(in + 4) != slot ||
-        sqz_get64(in + 8) != file_id || sqz_get32(in + 44) != sqz_checksum(in, 44))
+        sqz_get64(in + 8) != file_id || sqz_get32(in + 48) ||
+        sqz_get32(in + 52) != sqz_checksum(in, 52))
         return -EBADMSG;
     a->seq = sqz_get64(in + 16);
     a->ckpt_off = sqz_get64(in + 24);
     a->ckpt_len = sqz_get64(in + 32);
-    if (a->seq == 0 || (a->seq & 1) != slot) {
+    a->durable_end = sqz_get64(in + 40);
+    /* the durable end lies at or after the checkpoint (or the header) */
+    uint64_t floor = a->ckpt_off ? a->ckpt_off + a->ckpt_len : SQZ_HDR_REGION;
+    if (a->seq == 0 || (a->seq & 1) != slot || (!a->ckpt_off != !a->ckpt_len) ||
+        a->ckpt_off + a->ckpt_len < a->ckpt_off || (a->durable_end & 7) ||
+        a->durable_end < floor) {
         memset(a, 0, sizeof *a);
         return -EBADMSG;
     }

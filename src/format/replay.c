@@ -1,7 +1,10 @@
 /* Loading a container's state at open: pick the newest valid anchor, load
  * and verify its checkpoint (falling back to the other slot), then replay
- * the log records after it with large buffered reads, stopping at the first
- * record that is invalid, truncated or out of sequence. */
+ * the log records after it with large buffered reads. Before the anchors'
+ * durable mark an invalid record is damage: it is logged and skipped (the
+ * scan resynchronises on the next valid record) and replay goes on; after
+ * the mark, the first record that is invalid, truncated or out of sequence
+ * ends the log (a torn or uncommitted tail). */
 #include <errno.h>
 #include <stdlib.h>
 
@@ -48,22 +51,30 @@ static int scan_get(scanner *s, uint64_t off, uint64_t n, const uint8_t **p)
     return 0;
 }
 
+/* a valid DATA record waiting for its COMMIT */
+typedef struct pend {
+    sqz_wire_entry w;
+    uint64_t txn;
+    uint64_t size; /* record size on disk */
+} pend;
+
 typedef struct pending {
-    sqz_wire_entry *v;
+    pend *v;
     size_t n, cap;
 } pending;
 
-static int pending_push(pending *pd, const sqz_wire_entry *w)
+static int pending_push(pending *pd, const sqz_wire_entry *w, uint64_t txn,
+                        uint64_t size)
 {
     if (pd->n == pd->cap) {
         size_t nc = pd->cap ? pd->cap * 2 : 16;
-        sqz_wire_entry *nv = realloc(pd->v, nc * sizeof *nv);
+        pend *nv = realloc(pd->v, nc * sizeof *nv);
         if (!nv)
             return -ENOMEM;
         pd->v = nv;
         pd->cap = nc;
     }
-    pd->v[pd->n++] = *w;
+    pd->v[pd->n++] = (pend){*w, txn, size};
     return 0;
 }
 
@@ -88,6 +99,39 @@ static int data_record(const uint8_t *pl, uint32_t plen, uint64_t off,
     return 0;
 }
 
+/* COMMIT payload prefix: new length, entry count. 0 or -EBADMSG. */
+static int commit_prefix(const uint8_t *pl, uint32_t plen, uint64_t *len,
+                         uint32_t *n)
+{
+    if (plen < SQZ_LIST_PREFIX)
+        return -EBADMSG;
+    *len = sqz_get64(pl);
+    *n = sqz_get32(pl + 8);
+    if (*len > SQZ_MAX_LENGTH || sqz_get32(pl + 12) ||
+        (uint64_t)SQZ_LIST_PREFIX + (uint64_t)*n * SQZ_ENTRY_WIRE != plen)
+        return -EBADMSG;
+    return 0;
+}
+
+/* Set the entries of a checked COMMIT payload and its length. */
+static int commit_set(sqz_state *st, int log2bs, const uint8_t *pl,
+                      uint32_t n, uint64_t len)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        sqz_wire_entry w;
+        uint64_t replaced;
+        sqz_wire_get(pl + SQZ_LIST_PREFIX + (uint64_t)i * SQZ_ENTRY_WIRE, &w);
+        int r = sqz_index_set(&st->ix, w.idx, &w.e, &replaced);
+        if (r < 0)
+            return r;
+        st->dead_bytes += replaced;
+    }
+    size_t bs = (size_t)1 << log2bs;
+    st->dead_bytes += sqz_index_drop_from(&st->ix, (len + bs - 1) >> log2bs);
+    st->length = len;
+    return 0;
+}
+
 /* Validate a COMMIT payload against the DATA records just before it; on
  * success apply it to st. 1 applied, 0 invalid (stop), <0 error. */
 static int apply_commit(sqz_state *st, const sqz_header *h, const uint8_t *pl,
@@ -95,12 +139,9 @@ static int apply_commit(sqz_state *st, const sqz_header *h, const uint8_t *pl,
 {
     int log2bs = h->params.log2bs;
     size_t bs = (size_t)1 << log2bs;
-    if (plen < SQZ_LIST_PREFIX)
-        return 0;
-    uint64_t len = sqz_get64(pl);
-    uint32_t n = sqz_get32(pl + 8);
-    if (len > SQZ_MAX_LENGTH || sqz_get32(pl + 12) ||
-        (uint64_t)SQZ_LIST_PREFIX + (uint64_t)n * SQZ_ENTRY_WIRE != plen)
+    uint64_t len;
+    uint32_t n;
+    if (commit_prefix(pl, plen, &len, &n) < 0)
         return 0;
     uint64_t nblocks = (len + bs - 1) >> log2bs;
     size_t k = 0;
@@ -113,32 +154,180 @@ static int apply_commit(sqz_state *st, const sqz_header *h, const uint8_t *pl,
             continue;
         if (k >= pd->n)
             return 0;
-        const sqz_wire_entry *d = &pd->v[k++];
+        const sqz_wire_entry *d = &pd->v[k++].w;
         if (d->idx != w.idx || d->kind != w.kind || d->e.off != w.e.off ||
             d->e.len != w.e.len || d->e.crc != w.e.crc)
             return 0;
     }
     if (k != pd->n)
         return 0;
-    for (uint32_t i = 0; i < n; i++) {
-        sqz_wire_entry w;
-        uint64_t replaced;
-        sqz_wire_get(pl + SQZ_LIST_PREFIX + (uint64_t)i * SQZ_ENTRY_WIRE, &w);
-        int r = sqz_index_set(&st->ix, w.idx, &w.e, &replaced);
-        if (r < 0)
-            return r;
-        st->dead_bytes += replaced;
-    }
-    st->dead_bytes += sqz_index_drop_from(&st->ix, nblocks);
-    st->length = len;
+    int r = commit_set(st, log2bs, pl, n, len);
+    if (r < 0)
+        return r;
     st->txn++;
     return 1;
 }
 
+/* Apply the first n pending DATA records: their transactions were committed
+ * (a later commit, or the durable mark, shows it) but their COMMIT records
+ * are damaged. Their blocks are intact; the length change and holes of
+ * those transactions are lost. */
+static int apply_lost(sqz_state *st, pending *pd, size_t n, const char *label)
+{
+    if (n == 0)
+        return 0;
+    for (size_t k = 0; k < n; k++) {
+        uint64_t replaced;
+        int r = sqz_index_set(&st->ix, pd->v[k].w.idx, &pd->v[k].w.e, &replaced);
+        if (r < 0)
+            return r;
+        st->dead_bytes += replaced;
+    }
+    sqz_logf(0, "%s: the commit record of transaction(s) %llu..%llu is "
+                "damaged; %zu intact block(s) of them recovered, their length "
+                "changes and holes are lost", label,
+             (unsigned long long)pd->v[0].txn,
+             (unsigned long long)pd->v[n - 1].txn, n);
+    if (pd->v[n - 1].txn > st->txn)
+        st->txn = pd->v[n - 1].txn;
+    memmove(pd->v, pd->v + n, (pd->n - n) * sizeof *pd->v);
+    pd->n -= n;
+    return 0;
+}
+
+/* Smallest DATA record (one stored byte). */
+#define SQZ_MIN_DATA_REC 56u
+
+/* Damage accounting for the log between the last applied record (from) and
+ * to: in a true log those bytes are exactly the DATA and COMMIT records of
+ * the transactions lost there (and the damaged DATA records of the commit
+ * at to, whose sizes its entries give: known_damaged). The damaged bytes
+ * must hold at least the COMMIT record of every lost transaction (a
+ * transaction with k recovered DATA records has one of at least
+ * align8(48 + 24 k) bytes). If what is left could hold a DATA record, a
+ * lost transaction may have written blocks that cannot be identified: their
+ * old contents would be shown as current, so the open must fail. nlost:
+ * number of lost transactions (at least those with pending records).
+ * 0 consistent, 1 inconsistent (the closing commit is not believable),
+ * 2 unidentifiable blocks. */
+static int account_damage(const pending *pd, uint64_t from, uint64_t to,
+                          uint64_t known_damaged, uint64_t nlost)
+{
+    uint64_t dmg = to - from, need = known_damaged;
+    uint64_t txns = 0;
+    for (size_t k = 0; k < pd->n; k++)
+        dmg -= pd->v[k].size;
+    for (size_t k = 0; k < pd->n;) {
+        size_t j = k;
+        while (j < pd->n && pd->v[j].txn == pd->v[k].txn)
+            j++;
+        need += sqz_align8(SQZ_REC_HDR + SQZ_LIST_PREFIX +
+                           (uint64_t)(j - k) * SQZ_ENTRY_WIRE);
+        txns++;
+        k = j;
+    }
+    if (nlost > txns)
+        need += (nlost - txns) * sqz_rec_size(SQZ_LIST_PREFIX);
+    if (dmg < need)
+        return 1;
+    return dmg - need >= SQZ_MIN_DATA_REC ? 2 : 0;
+}
+
+/* A COMMIT met after damage in the durable part of the log. The DATA
+ * records it lists may be damaged (then reading those blocks fails their
+ * stored checksum: -EIO for that block), and commits before it may be lost
+ * (a gap in transaction numbers). Everything that is readable is checked:
+ * entries are bounds-checked like all others, lie after the last applied
+ * record, in ascending order, do not overlap a valid DATA record unless
+ * they match it exactly, and no pending record belongs to a later
+ * transaction, and the damaged bytes before it must be explained by the
+ * lost transactions' records (account_damage). 1 applied, 0 invalid, 2 a
+ * lost transaction's blocks cannot be identified, <0 error. */
+static int apply_commit_damaged(sqz_state *st, const sqz_header *h,
+                                const uint8_t *pl, uint32_t plen,
+                                uint64_t rec_off, uint64_t seq, pending *pd,
+                                const char *label)
+{
+    int log2bs = h->params.log2bs;
+    size_t bs = (size_t)1 << log2bs;
+    uint64_t len;
+    uint32_t n;
+    if (seq <= st->txn || commit_prefix(pl, plen, &len, &n) < 0)
+        return 0;
+    size_t lost = 0;
+    uint64_t lo = st->valid_end;
+    for (size_t k = 0; k < pd->n; k++) {
+        if (pd->v[k].txn > seq)
+            return 0;
+        if (pd->v[k].txn < seq) {
+            lost = k + 1;
+            lo = pd->v[k].w.e.off + pd->v[k].size;
+        }
+    }
+    uint64_t nblocks = (len + bs - 1) >> log2bs;
+    size_t k = lost;
+    uint64_t known_damaged = 0;
+    for (uint32_t i = 0; i < n; i++) {
+        sqz_wire_entry w;
+        sqz_wire_get(pl + SQZ_LIST_PREFIX + (uint64_t)i * SQZ_ENTRY_WIRE, &w);
+        if (sqz_entry_check(&w, nblocks, bs, rec_off) < 0)
+            return 0;
+        if (w.kind == SQZ_KIND_HOLE)
+            continue;
+        uint64_t wend = w.e.off + sqz_rec_size(SQZ_DATA_PREFIX + (uint64_t)w.e.len);
+        if (w.e.off < lo)
+            return 0;
+        while (k < pd->n && pd->v[k].w.e.off + pd->v[k].size <= w.e.off)
+            k++;
+        if (k < pd->n && pd->v[k].w.e.off < wend) {
+            const sqz_wire_entry *d = &pd->v[k].w;
+            if (d->e.off != w.e.off || d->idx != w.idx || d->kind != w.kind ||
+                d->e.len != w.e.len || d->e.crc != w.e.crc)
+                return 0;
+            k++;
+        } else {
+            known_damaged += wend - w.e.off;
+        }
+        lo = wend;
+    }
+    /* the valid records of this commit's own transaction are not damage */
+    uint64_t own = 0;
+    for (size_t j = lost; j < pd->n; j++)
+        own += pd->v[j].size;
+    pending lostpd = {pd->v, lost, lost};
+    int acc = account_damage(&lostpd, st->valid_end, rec_off - own,
+                             known_damaged, seq - st->txn - 1);
+    if (acc == 1)
+        return 0;
+    if (acc == 2)
+        return 2;
+    uint64_t before = st->txn;
+    int r = apply_lost(st, pd, lost, label);
+    if (r == 0)
+        r = commit_set(st, log2bs, pl, n, len);
+    if (r < 0)
+        return r;
+    if (seq > st->txn + 1)
+        sqz_logf(0, "%s: transaction(s) %llu..%llu are lost in damaged log "
+                    "records (their blocks keep older contents)", label,
+                 (unsigned long long)(st->txn + 1),
+                 (unsigned long long)(seq - 1));
+    st->lost_commits += seq - before - 1;
+    st->txn = seq;
+    pd->n = 0;
+    return 1;
+}
 /* Load the checkpoint an anchor points to. 0, -EBADMSG, -ENOMEM, I/O. */
 static int load_anchor(const sqz_io *io, int fd, const sqz_header *h,
                        uint64_t fsize, const sqz_anchor *a, sqz_state *st)
 {
+    if (a->ckpt_off == 0) {
+        /* written by a sync before the first checkpoint: the log starts
+         * right after the header (nothing has been punched) */
+        st->anchor_seq = a->seq;
+        st->ckpt_end = SQZ_HDR_REGION;
+        return 0;
+    }
     if (a->ckpt_off < SQZ_HDR_REGION || (a->ckpt_off & 7) ||
         a->ckpt_off > fsize || a->ckpt_len > fsize - a->ckpt_off ||
         a->ckpt_len < sqz_rec_size(SQZ_LIST_PREFIX) ||
@@ -187,7 +376,7 @@ static int load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
 {
     uint8_t slots[2][SQZ_ANCHOR_SIZE];
     sqz_anchor a[2];
-    int valid[2];
+    int valid[2], damaged = 0;
     for (unsigned s = 0; s < 2; s++) {
         ssize_t r = io->pread(io->ctx, fd, slots[s], SQZ_ANCHOR_SIZE,
                               SQZ_ANCHOR_OFF(s));
@@ -197,7 +386,13 @@ static int load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
             *why = "header region truncated";
             return -EBADMSG;
         }
-        valid[s] = sqz_anchor_decode(slots[s], s, h->file_id, &a[s]) == 1;
+        int d = sqz_anchor_decode(slots[s], s, h->file_id, &a[s]);
+        valid[s] = d == 1;
+        damaged += d < 0;
+        /* a mark in a valid slot holds even if its checkpoint is damaged;
+         * marks only grow, so the larger one is the newest */
+        if (valid[s] && a[s].durable_end > st->durable_end)
+            st->durable_end = a[s].durable_end;
     }
     unsigned order[2] = {0, 1};
     if (valid[1] && (!valid[0] || a[1].seq > a[0].seq)) {
@@ -220,13 +415,115 @@ static int load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
         *why = "index damaged (no valid checkpoint)";
         return -EBADMSG;
     }
-    /* no checkpoint was ever anchored: the log starts right after the header */
+    /* A crash tears at most the slot being written; the other one was made
+     * durable before. Both damaged is bit rot: the log may have been
+     * punched, so replaying it from the start could show a wrong state. */
+    if (damaged == 2) {
+        *why = "index damaged (both anchor slots)";
+        return -EBADMSG;
+    }
+    /* no anchor was ever written (or the first write was torn): nothing has
+     * been punched, the log starts right after the header */
     st->ckpt_end = SQZ_HDR_REGION;
     return 0;
 }
 
+/* Read the record at pos, which must end at or before limit: 1 valid (rec,
+ * rh, total set), 0 invalid, <0 error. */
+static int read_record(scanner *sc, uint64_t pos, uint64_t limit,
+                       uint64_t file_id, sqz_rec_hdr *rh, const uint8_t **rec,
+                       uint64_t *total)
+{
+    if (pos > limit || limit - pos < SQZ_REC_HDR)
+        return 0;
+    int r = scan_get(sc, pos, SQZ_REC_HDR, rec);
+    if (r < 0)
+        return r;
+    if (sqz_rec_parse(*rec, file_id, rh) < 0)
+        return 0;
+    *total = sqz_rec_size(rh->plen);
+    if (*total > limit - pos)
+        return 0;
+    if ((r = scan_get(sc, pos, *total, rec)) < 0)
+        return r;
+    return sqz_rec_verify(*rec, rh);
+}
+
+/* After damage at pos (inside the durable part, which ends at durable):
+ * the offset of the next valid record of this file before durable, or
+ * durable if there is none. Records are 8-aligned, so every 8th offset is
+ * tried; the scanner reads 1 MiB windows, and the bytes checksummed for
+ * candidates (headers that parse but whose checksum may fail) come out of
+ * *budget, so a large damaged region costs linear time. */
+static int resync(scanner *sc, uint64_t pos, uint64_t durable, uint64_t fid,
+                  uint64_t *budget, uint64_t *next)
+{
+    for (uint64_t q = pos + 8; q < durable && durable - q >= SQZ_REC_HDR;
+         q += 8) {
+        const uint8_t *rec;
+        sqz_rec_hdr rh;
+        int r = scan_get(sc, q, SQZ_REC_HDR, &rec);
+        if (r < 0)
+            return r;
+        if (sqz_rec_parse(rec, fid, &rh) < 0)
+            continue;
+        uint64_t total = sqz_rec_size(rh.plen);
+        if (total > durable - q)
+            continue;
+        if (total > *budget)
+            break;
+        *budget -= total;
+        if ((r = scan_get(sc, q, total, &rec)) < 0)
+            return r;
+        if (sqz_rec_verify(rec, &rh)) {
+            *next = q;
+            return 0;
+        }
+    }
+    *next = durable;
+    return 0;
+}
+
+static void note_damage(sqz_state *st, uint64_t off, uint64_t len)
+{
+    if (st->ndamage < SQZ_DAMAGE_MAX)
+        st->damage[st->ndamage] = (sqz_damage){off, len};
+    st->ndamage++;
+}
+
+/* Leaving the durable part of the log after damage in it: the DATA records
+ * still pending there belong to committed transactions (the durable mark
+ * is always at a commit boundary) whose COMMIT records are damaged. */
+static int leave_durable(sqz_state *st, const sqz_header *h, pending *pd,
+                         uint64_t durable, const char *label)
+{
+    if (st->valid_end < durable &&
+        account_damage(pd, st->valid_end, durable, 0,
+                       pd->n || st->valid_end < durable ? 1 : 0) == 2)
+        return 2;
+    if (pd->n == 0)
+        return 0;
+    uint64_t before = st->txn;
+    int r = apply_lost(st, pd, pd->n, label);
+    if (r < 0)
+        return r;
+    st->lost_commits += st->txn - before;
+    int log2bs = h->params.log2bs;
+    size_t bs = (size_t)1 << log2bs;
+    uint64_t drop =
+        sqz_index_drop_from(&st->ix, (st->length + bs - 1) >> log2bs);
+    if (drop) {
+        sqz_logf(0, "%s: recovered blocks past the length %llu are dropped "
+                    "(the damaged commit that extended the file is lost)",
+                 label, (unsigned long long)st->length);
+        st->dead_bytes += drop;
+    }
+    return 0;
+}
+
 int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
-               uint64_t file_size, sqz_state *st, const char **why)
+               uint64_t file_size, const char *label, sqz_state *st,
+               const char **why)
 {
     memset(st, 0, sizeof *st);
     sqz_index_init(&st->ix);
@@ -235,70 +532,175 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
         sqz_index_free(&st->ix);
         return r;
     }
+    if (!label)
+        label = "(container)";
     int log2bs = h->params.log2bs;
     scanner sc = {.io = io, .fd = fd, .fsize = file_size};
     pending pd = {0};
     uint64_t pos = st->ckpt_end;
     st->valid_end = pos;
+    /* Before the durable mark every record was fdatasync'ed: an invalid one
+     * there is damage (skipped, replay goes on), after it a torn tail. */
+    uint64_t durable = st->durable_end;
+    if (durable < pos)
+        durable = pos;
+    if (durable > file_size) {
+        sqz_logf(0, "%s: the file ends at %llu, before the end of its synced "
+                    "log (%llu)", label, (unsigned long long)file_size,
+                 (unsigned long long)durable);
+        durable = file_size & ~(uint64_t)7; /* records are 8-aligned */
+        note_damage(st, durable, st->durable_end - durable);
+    }
+    st->durable_end = durable;
+    uint64_t budget = 4 * file_size + (64u << 20);
+    int damaged = 0, left = 0, gap_ok = 0;
+    uint64_t unknown = 0; /* damage hiding blocks of a lost transaction */
     while (r == 0 && pos <= file_size && file_size - pos >= SQZ_REC_HDR) {
+        if (damaged && !left && pos >= durable) {
+            left = 1;
+            gap_ok = pos == durable;
+            if ((r = leave_durable(st, h, &pd, durable, label)) == 2) {
+                unknown = durable;
+                r = -EBADMSG;
+            }
+            if (r < 0)
+                break;
+        }
+        int in_durable = pos < durable;
+        int lenient = damaged && in_durable;
         const uint8_t *rec;
         sqz_rec_hdr rh;
-        if ((r = scan_get(&sc, pos, SQZ_REC_HDR, &rec)) < 0)
+        uint64_t total = 0;
+        int ok = read_record(&sc, pos, in_durable ? durable : file_size,
+                             h->file_id, &rh, &rec, &total);
+        if (ok < 0) {
+            r = ok;
             break;
-        if (sqz_rec_parse(rec, h->file_id, &rh) < 0)
-            break;
-        uint64_t total = sqz_rec_size(rh.plen);
-        if (total > file_size - pos)
-            break;
-        if ((r = scan_get(&sc, pos, total, &rec)) < 0)
-            break;
-        if (!sqz_rec_verify(rec, &rh))
-            break;
-        const uint8_t *pl = rec + SQZ_REC_HDR;
-        if (rh.type == SQZ_REC_DATA) {
+        }
+        /* the first record right at the durable mark after damage may
+         * follow lost transactions */
+        uint64_t skip_to = st->txn;
+        if (ok && gap_ok && rh.seq > st->txn + (rh.type != SQZ_REC_CHECKPOINT))
+            skip_to = rh.seq - (rh.type != SQZ_REC_CHECKPOINT);
+        gap_ok = 0;
+        const uint8_t *pl = ok ? rec + SQZ_REC_HDR : NULL;
+        if (!ok) {
+            /* invalid */
+        } else if (rh.type == SQZ_REC_DATA) {
             sqz_wire_entry w;
-            if (rh.seq != st->txn + 1 ||
-                data_record(pl, rh.plen, pos, log2bs, &w) < 0)
-                break;
-            r = pending_push(&pd, &w);
-        } else if (rh.type == SQZ_REC_COMMIT) {
-            if (rh.seq != st->txn + 1)
-                break;
-            int a = apply_commit(st, h, pl, rh.plen, pos, &pd);
-            if (a <= 0) {
-                r = a;
-                break;
+            uint64_t last = pd.n ? pd.v[pd.n - 1].txn : st->txn + 1;
+            if (lenient)
+                ok = rh.seq > st->txn && rh.seq >= last;
+            else
+                ok = rh.seq == skip_to + 1;
+            ok = ok && data_record(pl, rh.plen, pos, log2bs, &w) == 0;
+            if (ok) {
+                if (skip_to != st->txn) {
+                    st->lost_commits += skip_to - st->txn;
+                    st->txn = skip_to;
+                }
+                r = pending_push(&pd, &w, rh.seq, total);
             }
-            pd.n = 0;
-            st->valid_end = pos + total;
+        } else if (rh.type == SQZ_REC_COMMIT) {
+            int a;
+            if (lenient) {
+                a = apply_commit_damaged(st, h, pl, rh.plen, pos, rh.seq, &pd,
+                                         label);
+                if (a == 2) {
+                    unknown = pos;
+                    a = -EBADMSG;
+                }
+            } else if (rh.seq != skip_to + 1) {
+                a = 0;
+            } else {
+                uint64_t was = st->txn;
+                st->txn = skip_to;
+                a = apply_commit(st, h, pl, rh.plen, pos, &pd);
+                if (a <= 0)
+                    st->txn = was;
+                else
+                    st->lost_commits += skip_to - was;
+            }
+            if (a < 0)
+                r = a;
+            ok = a > 0;
+            if (ok) {
+                pd.n = 0;
+                st->valid_end = pos + total;
+            }
         } else {
             sqz_index nix;
             uint64_t len;
-            if (rh.seq != st->txn || pd.n)
-                break;
-            int c = sqz_ckpt_parse(pl, rh.plen, pos, log2bs, &nix, &len);
-            if (c == -ENOMEM) {
-                r = c;
-                break;
+            if (lenient) {
+                /* a checkpoint holds everything up to its txn */
+                ok = rh.seq >= st->txn &&
+                     (!pd.n || pd.v[pd.n - 1].txn <= rh.seq);
+            } else {
+                ok = rh.seq == skip_to && !pd.n;
             }
-            if (c < 0)
-                break;
-            sqz_index_free(&st->ix);
-            st->ix = nix;
-            st->length = len;
-            st->ckpt_off = pos;
-            st->ckpt_end = pos + total;
-            st->valid_end = st->ckpt_end;
+            if (ok) {
+                int c = sqz_ckpt_parse(pl, rh.plen, pos, log2bs, &nix, &len);
+                if (c == -ENOMEM)
+                    r = c;
+                ok = c == 0;
+            }
+            if (ok) {
+                sqz_index_free(&st->ix);
+                st->ix = nix;
+                st->length = len;
+                st->txn = rh.seq; /* complete: nothing of a gap is lost */
+                st->ckpt_off = pos;
+                st->ckpt_end = pos + total;
+                st->valid_end = st->ckpt_end;
+                pd.n = 0;
+            }
         }
-        pos += total;
+        if (r < 0)
+            break;
+        if (ok) {
+            pos += total;
+            continue;
+        }
+        if (!in_durable)
+            break; /* torn or uncommitted tail */
+        /* damage in the synced part of the log */
+        uint64_t next = durable;
+        if ((r = resync(&sc, pos, durable, h->file_id, &budget, &next)) < 0)
+            break;
+        sqz_logf(0, "%s: damaged log record at offset %llu (synced data): "
+                    "%llu bytes skipped, replay continues at offset %llu",
+                 label, (unsigned long long)pos,
+                 (unsigned long long)(next - pos), (unsigned long long)next);
+        note_damage(st, pos, next - pos);
+        damaged = 1;
+        pos = next;
+    }
+    if (r == 0 && pos < durable) {
+        /* a fragment too short for a record */
+        note_damage(st, pos, durable - pos);
+        damaged = 1;
+    }
+    if (r == 0 && damaged && !left &&
+        (r = leave_durable(st, h, &pd, durable, label)) == 2) {
+        unknown = durable;
+        r = -EBADMSG;
     }
     free(sc.buf);
     free(pd.v);
     if (r < 0) {
-        if (r == -EBADMSG)
+        if (r == -EBADMSG && unknown) {
+            sqz_logf(0, "%s: the damaged log before offset %llu held blocks "
+                        "of a lost transaction that cannot be identified",
+                     label, (unsigned long long)unknown);
+            *why = "log damaged (lost transaction's blocks unknown)";
+        } else if (r == -EBADMSG) {
             *why = "file changed while being read";
+        }
         sqz_index_free(&st->ix);
         return r;
     }
+    /* nothing before the durable mark is ever cut off or overwritten */
+    if (st->valid_end < durable)
+        st->valid_end = durable;
     return 0;
 }

@@ -1,5 +1,6 @@
 /* Verification of a container: header, anchor slots and their checkpoints,
- * the log's valid end, and every live block (checksum + decompression). */
+ * damage replay skipped in the synced part of the log, the log's valid end,
+ * and every live block (checksum + decompression). */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -162,6 +163,22 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
     }
     if (r == 0)
         r = check_anchors(&v, fsize);
+    if (r == 0) {
+        /* damage inside the synced part of the log, skipped by replay */
+        const sqz_state *st = &c->st;
+        for (unsigned i = 0; i < st->ndamage && i < SQZ_DAMAGE_MAX; i++)
+            problem(&v, "damaged log at offset %llu: %llu bytes of synced "
+                        "records are unreadable",
+                    (unsigned long long)st->damage[i].off,
+                    (unsigned long long)st->damage[i].len);
+        if (st->ndamage > SQZ_DAMAGE_MAX)
+            problem(&v, "%u more damaged regions in the log",
+                    st->ndamage - SQZ_DAMAGE_MAX);
+        if (st->lost_commits)
+            problem(&v, "%llu commit record(s) lost in the damaged log: their "
+                        "length changes and holes could not be recovered",
+                    (unsigned long long)st->lost_commits);
+    }
     if (r == 0 && fsize > c->end) {
         uint64_t later = 0;
         r = find_later_commit(c, fsize, &later);
