@@ -491,11 +491,14 @@ static void note_damage(sqz_state *st, uint64_t off, uint64_t len)
     st->ndamage++;
 }
 
-/* Leaving the durable part of the log after damage in it: the DATA records
+/* Leaving the durable part of the log after damage in it. DATA records
  * still pending there belong to committed transactions (the durable mark
- * is always at a commit boundary) whose COMMIT records are damaged. */
-static int leave_durable(sqz_state *st, const sqz_header *h, pending *pd,
-                         uint64_t durable, const char *label)
+ * is always at a commit boundary) whose COMMIT records are damaged, and no
+ * later commit tells the file's length: showing the older length would
+ * silently cut off synced data, so the file is refused (EIO) rather than
+ * served short. 0 = fine, 2 = refuse. */
+static int leave_durable(sqz_state *st, pending *pd, uint64_t durable,
+                         const char *label)
 {
     if (st->valid_end < durable &&
         account_damage(pd, st->valid_end, durable, 0,
@@ -503,22 +506,9 @@ static int leave_durable(sqz_state *st, const sqz_header *h, pending *pd,
         return 2;
     if (pd->n == 0)
         return 0;
-    uint64_t before = st->txn;
-    int r = apply_lost(st, pd, pd->n, label);
-    if (r < 0)
-        return r;
-    st->lost_commits += st->txn - before;
-    int log2bs = h->params.log2bs;
-    size_t bs = (size_t)1 << log2bs;
-    uint64_t drop =
-        sqz_index_drop_from(&st->ix, (st->length + bs - 1) >> log2bs);
-    if (drop) {
-        sqz_logf(0, "%s: recovered blocks past the length %llu are dropped "
-                    "(the damaged commit that extended the file is lost)",
-                 label, (unsigned long long)st->length);
-        st->dead_bytes += drop;
-    }
-    return 0;
+    sqz_logf(0, "%s: the last synced commit is damaged; the file's length "
+                "is unknown", label);
+    return 2;
 }
 
 int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
@@ -559,7 +549,7 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
         if (damaged && !left && pos >= durable) {
             left = 1;
             gap_ok = pos == durable;
-            if ((r = leave_durable(st, h, &pd, durable, label)) == 2) {
+            if ((r = leave_durable(st, &pd, durable, label)) == 2) {
                 unknown = durable;
                 r = -EBADMSG;
             }
@@ -681,7 +671,7 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
         damaged = 1;
     }
     if (r == 0 && damaged && !left &&
-        (r = leave_durable(st, h, &pd, durable, label)) == 2) {
+        (r = leave_durable(st, &pd, durable, label)) == 2) {
         unknown = durable;
         r = -EBADMSG;
     }
