@@ -901,6 +901,15 @@ def test_futimens_before_close_is_kept(mount_factory):
     finally:
         os.close(fd)
     assert os.stat(q).st_mtime_ns == mtime
+    # a later data change (truncate, then fsync) moves mtime on again
+    fd = os.open(q, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, 1000)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    assert os.stat(q).st_mtime_ns != mtime
+    os.utime(q, ns=(atime, mtime))
     m.unmount()
     m.start()
     assert os.stat(p).st_mtime_ns == mtime

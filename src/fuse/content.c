@@ -465,6 +465,37 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
     return rc;
 }
 
+void sqz_content_keep_times(struct sqz_inode *in)
+{
+    struct stat bst;
+    if (sqz_backing_stat(in, &bst) != 0)
+        return;
+    pthread_mutex_lock(&in->meta);
+    in->utimes[0] = bst.st_atim;
+    in->utimes[1] = bst.st_mtim;
+    in->utimes_kept = 1;
+    pthread_mutex_unlock(&in->meta);
+}
+
+/* After the container wrote bookkeeping (not user data) to the backing
+ * file, put back the times the user set. */
+static void restore_kept_times(struct sqz_inode *in)
+{
+    struct timespec tv[2];
+    pthread_mutex_lock(&in->meta);
+    int kept = in->utimes_kept;
+    tv[0] = in->utimes[0];
+    tv[1] = in->utimes[1];
+    pthread_mutex_unlock(&in->meta);
+    if (!kept)
+        return;
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    if (utimensat(AT_FDCWD, pp, tv, 0) != 0)
+        sqz_logf(1, "squeezefs: restoring file times failed: %s",
+                 strerror(errno));
+}
+
 /* Dead space (replaced blocks) is only reclaimed at a checkpoint, which the
  * container writes on fsync. A file that is appended to and closed many
  * times without fsync (a log) would grow without bound, so the last close
@@ -509,6 +540,7 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
             uint64_t len = sqz_file_length(in->sf);
             rc = sqz_file_close(in->sf);
             in->sf = NULL;
+            restore_kept_times(in);
             struct stat bst;
             if (rc == 0 && sqz_backing_stat(in, &bst) == 0)
                 probe_store(in, &bst, SQZ_K_CONTAINER, len);
@@ -568,8 +600,10 @@ static void note_write(struct sqz_inode *in)
     pthread_mutex_lock(&in->meta);
     in->wtime = now;
     in->wtime_set = 1;
+    in->utimes_kept = 0;
     pthread_mutex_unlock(&in->meta);
 }
+
 
 /* Lock io shared with the inode out of PENDING (materialised with sample).
  * Returns 0 with io held shared, or -errno with io not held. */
@@ -652,8 +686,10 @@ int sqz_content_fsync(struct sqz_fs *fs, struct sqz_handle *h, int datasync)
     }
     int rc = 0;
     pthread_rwlock_rdlock(&in->io);
-    if (in->kind == SQZ_K_CONTAINER && in->sf)
+    if (in->kind == SQZ_K_CONTAINER && in->sf) {
         rc = sqz_file_fsync(in->sf, datasync);
+        restore_kept_times(in);
+    }
     pthread_rwlock_unlock(&in->io);
     return rc;
 }
@@ -698,6 +734,9 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
         return -EFBIG;
     int rc = 0;
     pthread_rwlock_wrlock(&in->io);
+    pthread_mutex_lock(&in->meta);
+    in->utimes_kept = 0; /* a size change is a data change */
+    pthread_mutex_unlock(&in->meta);
     struct stat bst;
     rc = sqz_backing_stat(in, &bst);
     enum sqz_kind kind = SQZ_K_UNKNOWN;

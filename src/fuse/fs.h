@@ -88,6 +88,9 @@ struct sqz_inode {
     struct sqz_bkey kc_key;
     int wtime_set;       /* time of the newest uncommitted write */
     struct timespec wtime;
+    int utimes_kept;     /* times set by the user after the last write: */
+    struct timespec utimes[2]; /* re-applied after container writes that
+                                  are not user data (sync mark, checkpoint) */
 };
 
 /* One open file handle (fi->fh). Fields are const after open except
@@ -152,6 +155,11 @@ void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
 void sqz_itable_foreach(struct sqz_fs *fs,
                         void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
                         void *user);
+/* Remember the backing file's current atime/mtime as set by the user
+ * (setattr): container bookkeeping writes after it (the durable mark at
+ * fsync, a checkpoint at close) must not change them. A data write forgets
+ * them. */
+void sqz_content_keep_times(struct sqz_inode *in);
 /* "/proc/self/fd/N" */
 void sqz_proc_path(int fd, char *buf, size_t n);
 /* Path of the inode relative to BACKING ("" for the root). */

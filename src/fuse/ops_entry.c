@@ -164,6 +164,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
         }
         if (rc)
             goto out;
+        if (in->type == S_IFREG)
+            sqz_content_keep_times(in);
     }
 out:
     if (rc) {
