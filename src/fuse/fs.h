@@ -171,6 +171,10 @@ int sqz_inode_abspath(struct sqz_inode *in, char *buf, size_t n);
  * temporary prefix. */
 int sqz_name_ok(const char *name);
 int sqz_name_hidden(const char *name);
+/* 0 if name may be used, else the errno to reply: EINVAL for a name never
+ * accepted, hidden_errno for our temporary names (ENOENT where the name
+ * must exist, EPERM where it would be created). */
+int sqz_name_errno(const char *name, int hidden_errno);
 /* Raw backing stat. */
 int sqz_backing_stat(struct sqz_inode *in, struct stat *st);
 /* stat as shown through the mount (logical size for containers). */

@@ -184,6 +184,13 @@ int sqz_name_hidden(const char *name)
     return strncmp(name, SQZ_TMP_PREFIX, sizeof(SQZ_TMP_PREFIX) - 1) == 0;
 }
 
+int sqz_name_errno(const char *name, int hidden_errno)
+{
+    if (!sqz_name_ok(name))
+        return EINVAL;
+    return sqz_name_hidden(name) ? hidden_errno : 0;
+}
+
 int sqz_name_ok(const char *name)
 {
     if (!name[0] || strcmp(name, ".") == 0 || strcmp(name, "..") == 0)

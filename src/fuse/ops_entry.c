@@ -17,13 +17,10 @@
 /* 0 if name is acceptable for a new entry, else the errno. */
 static int check_new_name(struct sqz_fs *fs, const char *name)
 {
-    if (!sqz_name_ok(name))
-        return EINVAL;
-    if (sqz_name_hidden(name))
-        return EPERM;
-    if (fs->opts.ro)
-        return EROFS;
-    return 0;
+    int e = sqz_name_errno(name, EPERM);
+    if (e == 0 && fs->opts.ro)
+        e = EROFS;
+    return e;
 }
 
 static void reply_new_entry(fuse_req_t req, struct sqz_fs *fs,
@@ -351,30 +348,20 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
-    if (!sqz_name_ok(name)) {
-        fuse_reply_err(req, EINVAL);
-        return;
-    }
-    if (sqz_name_hidden(name)) {
-        fuse_reply_err(req, ENOENT);
-        return;
-    }
-    fuse_reply_err(req, unlinkat(p->fd, name, 0) ? errno : 0);
+    int e = sqz_name_errno(name, ENOENT);
+    if (e == 0 && unlinkat(p->fd, name, 0) != 0)
+        e = errno;
+    fuse_reply_err(req, e);
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
-    if (!sqz_name_ok(name)) {
-        fuse_reply_err(req, EINVAL);
-        return;
-    }
-    if (sqz_name_hidden(name)) {
-        fuse_reply_err(req, ENOENT);
-        return;
-    }
-    fuse_reply_err(req, unlinkat(p->fd, name, AT_REMOVEDIR) ? errno : 0);
+    int e = sqz_name_errno(name, ENOENT);
+    if (e == 0 && unlinkat(p->fd, name, AT_REMOVEDIR) != 0)
+        e = errno;
+    fuse_reply_err(req, e);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -384,16 +371,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
     struct sqz_inode *np = sqz_inode_of(fs, newparent);
-    if (!sqz_name_ok(name) || !sqz_name_ok(newname)) {
-        fuse_reply_err(req, EINVAL);
-        return;
-    }
-    if (sqz_name_hidden(name)) {
-        fuse_reply_err(req, ENOENT);
-        return;
-    }
-    if (sqz_name_hidden(newname)) {
-        fuse_reply_err(req, EPERM);
+    int e = sqz_name_ok(newname) ? sqz_name_errno(name, ENOENT) : EINVAL;
+    if (e == 0)
+        e = sqz_name_errno(newname, EPERM);
+    if (e) {
+        fuse_reply_err(req, e);
         return;
     }
     if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {

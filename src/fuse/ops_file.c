@@ -74,16 +74,11 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
-    if (!sqz_name_ok(name)) {
-        fuse_reply_err(req, EINVAL);
-        return;
-    }
-    if (sqz_name_hidden(name)) {
-        fuse_reply_err(req, EPERM);
-        return;
-    }
-    if (fs->opts.ro) {
-        fuse_reply_err(req, EROFS);
+    int bad = sqz_name_errno(name, EPERM);
+    if (bad == 0 && fs->opts.ro)
+        bad = EROFS;
+    if (bad) {
+        fuse_reply_err(req, bad);
         return;
     }
     int flags = adjust_flags(fs, fi->flags);
