@@ -14,8 +14,16 @@
  * Internal locks (engine_int.h, pool.h, cache.h): the engine's files_lock
  * (open-file set, flusher flags) is never held while another lock is
  * acquired; the per-file read-ahead mutex nests inside sqz_file.lock; the
- * pool mutex and cache_lock are leaves. Commits (prepare on the pool +
- * sqz_ctr_commit) run with sqz_file.lock held exclusive.
+ * pool mutex and cache_lock are leaves. Commits (sqz_ctr_commit, and the
+ * synchronous prepare of flush/truncate/close) run with sqz_file.lock held
+ * exclusive. Blocks a write fills to their end are handed to the pool as
+ * an in-flight batch (immutable buffers; a later write makes a new dirty
+ * copy) and compressed without any lock held; finished batches are
+ * committed in order by the next writer / flush / flusher (under
+ * sqz_file.lock exclusive, so one committer per file). Dirty + in-flight
+ * bytes count against dirty_bytes_file / dirty_bytes_max; a writer above
+ * the per-file bound waits on the pool's condition variable for the
+ * oldest batch.
  */
 #ifndef SQUEEZEFS_ENGINE_H
 #define SQUEEZEFS_ENGINE_H
@@ -52,6 +60,9 @@ typedef struct sqz_stats {
     uint64_t blocks_decompressed, bytes_decompressed;
     uint64_t blocks_compressed, bytes_compressed;
     uint64_t raw_blocks_stored;
+    /* blocks whose background compression overlapped a writer copying
+     * data into the same file */
+    uint64_t blocks_compressed_overlapped;
     uint64_t cache_hits, cache_misses, cache_bytes;
     uint64_t dirty_bytes;
 } sqz_stats;

@@ -10,13 +10,43 @@
  *  - every dirty buffer and every cached block is zero past `length`, so
  *    growing the file exposes zeros (shrinking commits at once, passing
  *    the new last block with its tail zeroed);
- *  - the dirty array is sorted by block index, without duplicates.
+ *  - the dirty array is sorted by block index, without duplicates;
+ *  - in-flight batches (FIFO, oldest first) hold immutable blocks that
+ *    are being compressed or wait for their commit; a block's newest
+ *    version is: dirty, else the newest in-flight one, else committed.
+ *    Reads and read-modify-writes follow that order; commits go in FIFO
+ *    order (newest version wins); a shrinking truncate commits all
+ *    in-flight work first, so it wins over it.
  */
 #include "engine/engine_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+
+struct sqz_file;
+
+/* Compression job argument (sync commits and in-flight batches). */
+typedef struct prep_arg {
+    const sqz_ctr *c;
+    struct sqz_file *f;
+    const sqz_cblock *b;
+    sqz_prepared *out;
+    int rc;
+} prep_arg;
+
+/* A batch of full dirty blocks compressed in the background. The blocks
+ * are immutable from submission on (a later write to one of them makes a
+ * new dirty copy); committed in FIFO order under f->lock exclusive. */
+typedef struct abatch {
+    struct abatch *next;
+    size_t n;
+    sqz_cblock **blk;        /* sorted by idx, references held */
+    sqz_prepared *prep;
+    prep_arg *args;
+    sqz_job *jobs;
+    sqz_batch batch;
+} abatch;
 
 /* Read-ahead job argument. */
 typedef struct ra_arg {
@@ -39,6 +69,11 @@ struct sqz_file {
     size_t dirty_bytes;
     sqz_counter dirty_since; /* written under lock (exclusive); read
                                 lock-free by the flusher; 0 = clean */
+    struct abatch *inflight_head, *inflight_tail; /* FIFO, oldest first */
+    size_t inflight_bytes;   /* blocks being compressed or awaiting commit */
+    int bg_err;              /* error of a background commit, not yet
+                                reported to a caller */
+    sqz_counter copies;      /* write copies done (overlap statistic) */
 
     pthread_mutex_t ra_mu;   /* protects the read-ahead state below */
     uint64_t ra_next_off;    /* where a sequential read would start */
@@ -139,30 +174,242 @@ static int load_clean_block(sqz_file *f, uint64_t idx, unsigned char *out)
     return 0;
 }
 
-/* ---- commit ---- */
+/* ---- in-flight (background) compression ---- */
 
-typedef struct prep_arg {
-    const sqz_ctr *c;
-    const sqz_cblock *b;
-    sqz_prepared *out;
-    int rc;
-} prep_arg;
+/* Newest in-flight version of block idx, or NULL. f->lock held. */
+static sqz_cblock *inflight_find(const sqz_file *f, uint64_t idx)
+{
+    sqz_cblock *found = NULL;
+    for (const abatch *a = f->inflight_head; a; a = a->next) {
+        size_t lo = 0, hi = a->n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (a->blk[mid]->idx < idx)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < a->n && a->blk[lo]->idx == idx)
+            found = a->blk[lo]; /* later batches are newer */
+    }
+    return found;
+}
+
+/* Fill out[bs] with the current content of block idx, which is not dirty:
+ * its newest in-flight version, else the committed one. */
+static int load_current_block(sqz_file *f, uint64_t idx, unsigned char *out)
+{
+    sqz_cblock *b = inflight_find(f, idx);
+    if (b) {
+        memcpy(out, b->data, f->bs);
+        return 0;
+    }
+    return load_clean_block(f, idx, out);
+}
 
 static void prep_job(void *arg)
 {
     prep_arg *a = arg;
+    uint64_t c0 = atomic_load(&a->f->copies);
     a->rc = sqz_ctr_prepare(a->c, a->b->idx, a->b->data, a->out);
+    /* A writer copied data into this file while we compressed. */
+    if (atomic_load(&a->f->copies) != c0)
+        atomic_fetch_add(&a->f->e->st.compress_overlapped, 1);
 }
+
+static void abatch_free(sqz_file *f, abatch *a)
+{
+    sqz_pool_wait(f->e->pool, &a->batch); /* no job may still use it */
+    for (size_t i = 0; i < a->n; i++) {
+        if (a->args[i].rc == 0)
+            sqz_prepared_free(&a->prep[i]);
+        sqz_cblock_put(a->blk[i]);
+    }
+    free(a->blk);
+    free(a->prep);
+    free(a->args);
+    free(a->jobs);
+    free(a);
+}
+
+/* Move the dirty blocks with lo <= idx < hi into a new in-flight batch and
+ * start compressing them on the pool. f->lock exclusive. On -ENOMEM the
+ * blocks simply stay dirty. */
+static int submit_range(sqz_file *f, uint64_t lo, uint64_t hi)
+{
+    size_t i0 = dirty_pos(f, lo), i1 = dirty_pos(f, hi);
+    size_t n = i1 - i0;
+    if (n == 0)
+        return 0;
+    abatch *a = calloc(1, sizeof *a);
+    if (!a)
+        return -ENOMEM;
+    a->blk = calloc(n, sizeof *a->blk);
+    a->prep = calloc(n, sizeof *a->prep);
+    a->args = calloc(n, sizeof *a->args);
+    a->jobs = calloc(n, sizeof *a->jobs);
+    if (!a->blk || !a->prep || !a->args || !a->jobs) {
+        free(a->blk);
+        free(a->prep);
+        free(a->args);
+        free(a->jobs);
+        free(a);
+        return -ENOMEM;
+    }
+    a->n = n;
+    memcpy(a->blk, f->dirty + i0, n * sizeof *f->dirty);
+    memmove(f->dirty + i0, f->dirty + i1, (f->ndirty - i1) * sizeof *f->dirty);
+    f->ndirty -= n;
+    f->dirty_bytes -= n * f->bs;
+    f->inflight_bytes += n * f->bs; /* dirty_total unchanged */
+    for (size_t i = 0; i < n; i++) {
+        a->args[i] = (prep_arg){.c = f->c, .f = f, .b = a->blk[i],
+                                .out = &a->prep[i]};
+        a->jobs[i] = (sqz_job){.fn = prep_job, .arg = &a->args[i]};
+    }
+    sqz_batch_init(&a->batch, a->jobs, n);
+    if (f->inflight_tail)
+        f->inflight_tail->next = a;
+    else
+        f->inflight_head = a;
+    f->inflight_tail = a;
+    sqz_pool_submit(f->e->pool, &a->batch);
+    return 0;
+}
+
+typedef struct cent {
+    uint64_t idx;
+    size_t seq;              /* position in submission order */
+    sqz_prepared *p;
+    sqz_cblock *b;
+} cent;
+
+static int cent_cmp(const void *x, const void *y)
+{
+    const cent *a = x, *b = y;
+    if (a->idx != b->idx)
+        return a->idx < b->idx ? -1 : 1;
+    return a->seq > b->seq ? -1 : a->seq < b->seq; /* newest first */
+}
+
+static int is_clean(const sqz_file *f)
+{
+    return f->ndirty == 0 && !f->inflight_head &&
+           f->length == f->committed_len;
+}
+
+/* Commit the in-flight batches at the head of the queue that have
+ * finished compressing (wait_all: wait for and commit all of them) in one
+ * transaction, in order (the newest version of a block wins). The length
+ * committed covers the committed blocks (never less than the committed
+ * length, never more than the logical length); dirty blocks and later
+ * batches stay pending. On failure the batches stay queued (retried by
+ * the next commit; reads keep seeing them). f->lock exclusive. */
+static int commit_inflight(sqz_file *f, int wait_all)
+{
+    sqz_engine *e = f->e;
+    if (!f->inflight_head)
+        return 0;
+    size_t nbatch = 0, total = 0;
+    abatch *a;
+    for (a = f->inflight_head; a; a = a->next) {
+        if (wait_all)
+            sqz_pool_wait(e->pool, &a->batch);
+        else if (!sqz_pool_done(e->pool, &a->batch))
+            break;
+        nbatch++;
+        total += a->n;
+    }
+    abatch *end = a;
+    if (nbatch == 0)
+        return 0;
+
+    cent *v = calloc(total, sizeof *v);
+    sqz_prepared *p = calloc(total, sizeof *p);
+    if (!v || !p) {
+        free(v);
+        free(p);
+        return -ENOMEM;
+    }
+    int rc = 0;
+    size_t k = 0;
+    for (a = f->inflight_head; a != end; a = a->next) {
+        for (size_t i = 0; i < a->n; i++) {
+            if (a->args[i].rc != 0) /* e.g. -ENOMEM: try again here */
+                prep_job(&a->args[i]);
+            if (a->args[i].rc != 0 && rc == 0)
+                rc = a->args[i].rc;
+            v[k] = (cent){.idx = a->blk[i]->idx, .seq = k, .p = &a->prep[i],
+                          .b = a->blk[i]};
+            k++;
+        }
+    }
+    size_t m = 0;
+    uint64_t ncomp = 0, nraw = 0, stored = 0, new_len = f->committed_len;
+    if (rc == 0) {
+        qsort(v, total, sizeof *v, cent_cmp);
+        for (size_t i = 0; i < total; i++) {
+            if (i > 0 && v[i].idx == v[i - 1].idx)
+                continue; /* an older version, superseded */
+            v[m] = v[i];
+            p[m] = *v[i].p;
+            if (p[m].kind != 0)
+                ncomp++;
+            if (p[m].kind == 2)
+                nraw++;
+            stored += p[m].stored_len;
+            m++;
+        }
+        uint64_t top = (v[m - 1].idx + 1) << f->log2bs;
+        new_len = top < f->length ? top : f->length;
+        if (new_len < f->committed_len)
+            new_len = f->committed_len;
+        rc = sqz_ctr_commit(f->c, p, m, new_len);
+    }
+    if (rc < 0) {
+        free(v);
+        free(p);
+        return rc;
+    }
+    atomic_fetch_add(&e->st.blocks_compressed, ncomp);
+    atomic_fetch_add(&e->st.bytes_compressed, ncomp * f->bs);
+    atomic_fetch_add(&e->st.raw_blocks_stored, nraw);
+    atomic_fetch_add(&e->st.backing_bytes_written, stored);
+    /* Publish the committed versions (immutable) in the cache. */
+    for (size_t i = 0; i < m; i++)
+        sqz_cache_insert(e->cache, v[i].b);
+    free(v);
+    free(p);
+    while (f->inflight_head != end) {
+        a = f->inflight_head;
+        f->inflight_head = a->next;
+        abatch_free(f, a);
+    }
+    if (!f->inflight_head)
+        f->inflight_tail = NULL;
+    f->inflight_bytes -= total * f->bs;
+    atomic_fetch_sub(&e->dirty_total, total * f->bs);
+    f->committed_len = new_len;
+    if (is_clean(f))
+        atomic_store(&f->dirty_since, 0);
+    return 0;
+}
+
+/* ---- commit ---- */
 
 /* Commit the dirty blocks below ceil(new_len/bs) (with `extra`, if given,
  * replacing the dirty block of its index) and the length new_len in one
- * transaction, preparing the blocks in parallel on the pool. On success
- * the committed blocks move into the cache, every dirty buffer is
- * released, cached blocks past the new end are dropped, and length =
- * committed_len = new_len. On failure nothing changes. f->lock exclusive. */
+ * transaction, preparing the blocks in parallel on the pool; in-flight
+ * batches are waited for and committed first. On success the committed
+ * blocks move into the cache, every dirty buffer is released, cached
+ * blocks past the new end are dropped, and length = committed_len =
+ * new_len. On failure nothing (more) changes. f->lock exclusive. */
 static int commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
 {
     sqz_engine *e = f->e;
+    int irc = commit_inflight(f, 1);
+    if (irc < 0)
+        return irc;
     uint64_t nb = nblocks_of(f, new_len);
     if (f->ndirty == 0 && !extra && new_len == f->committed_len) {
         f->length = new_len;
@@ -201,6 +448,7 @@ static int commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
         args[k++].b = extra;
     for (size_t i = 0; i < n; i++) {
         args[i].c = f->c;
+        args[i].f = f;
         args[i].out = &prep[i];
         jobs[i].fn = prep_job;
         jobs[i].arg = &args[i];
@@ -323,9 +571,16 @@ int sqz_file_close(sqz_file *f)
 
     pthread_rwlock_wrlock(&f->lock);
     int rc = commit_locked(f, f->length, NULL);
+    if (rc == 0 && f->bg_err < 0)
+        rc = f->bg_err;
     for (size_t i = 0; i < f->ndirty; i++) /* only left after an error */
         sqz_cblock_put(f->dirty[i]);
-    atomic_fetch_sub(&e->dirty_total, f->dirty_bytes);
+    atomic_fetch_sub(&e->dirty_total, f->dirty_bytes + f->inflight_bytes);
+    while (f->inflight_head) { /* likewise */
+        abatch *a = f->inflight_head;
+        f->inflight_head = a->next;
+        abatch_free(f, a);
+    }
     pthread_rwlock_unlock(&f->lock);
 
     sqz_cache_drop_file(e->cache, f->fid, 0);
@@ -352,6 +607,7 @@ static void ra_job(void *arg)
     if (pthread_rwlock_tryrdlock(&f->lock) != 0)
         return;
     if (a->idx < nblocks_of(f, f->length) && !dirty_find(f, a->idx) &&
+        !inflight_find(f, a->idx) &&
         (a->idx << f->log2bs) < f->committed_len &&
         !sqz_cache_contains(e->cache, f->fid, a->idx)) {
         sqz_cblock *b = sqz_cblock_new(f->bs, 0);
@@ -395,7 +651,8 @@ static void readahead_after(sqz_file *f, uint64_t off, size_t got)
             to = nb;
         size_t n = 0;
         for (uint64_t i = from; i < to; i++) {
-            if (dirty_find(f, i) || sqz_cache_contains(f->e->cache, f->fid, i))
+            if (dirty_find(f, i) || inflight_find(f, i) ||
+                sqz_cache_contains(f->e->cache, f->fid, i))
                 continue;
             f->ra_args[n].f = f;
             f->ra_args[n].idx = i;
@@ -457,6 +714,8 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
         uint64_t last = (off + n - 1) >> f->log2bs;
         for (uint64_t idx = first; idx <= last && nw < READ_WINDOW; idx++) {
             sqz_cblock *b = dirty_find(f, idx);
+            if (!b)
+                b = inflight_find(f, idx);
             owned[nw] = 0;
             if (!b && (idx << f->log2bs) < f->committed_len) {
                 b = sqz_cache_get(e->cache, f->fid, idx);
@@ -528,19 +787,56 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
 
 /* ---- write ---- */
 
-/* Would making one more block dirty exceed a bound? Then the caller
- * commits its own dirty data first. */
-static int over_dirty_bound(const sqz_file *f)
+/* Take (and clear) the error of a background commit. f->lock exclusive. */
+static int take_bg_err(sqz_file *f)
 {
-    if (f->dirty_bytes == 0)
+    int rc = f->bg_err;
+    f->bg_err = 0;
+    return rc;
+}
+
+/* Would making one more block dirty exceed a bound? */
+static int over_file_bound(const sqz_file *f)
+{
+    size_t pending = f->dirty_bytes + f->inflight_bytes;
+    return pending > 0 && pending + f->bs > f->e->dirty_bytes_file;
+}
+
+static int over_global_bound(const sqz_file *f)
+{
+    if (f->dirty_bytes + f->inflight_bytes == 0)
         return 0;
-    if (f->dirty_bytes + f->bs > f->e->dirty_bytes_file)
-        return 1;
     return atomic_load(&f->e->dirty_total) + f->bs > f->e->dirty_bytes_max;
 }
 
+/* Make room for one more dirty block. Above the global bound: commit all
+ * our data now. Above the per-file bound: hand every dirty block to the
+ * background, then wait (on the pool's condition variable, helping with
+ * the oldest batch) and commit finished batches until under the bound.
+ * f->lock exclusive. */
+static int make_room(sqz_file *f)
+{
+    if (over_global_bound(f))
+        return commit_locked(f, f->length, NULL);
+    if (!over_file_bound(f))
+        return 0;
+    int rc = commit_inflight(f, 0);
+    if (rc < 0)
+        return rc;
+    if (over_file_bound(f) && f->ndirty > 0 &&
+        submit_range(f, 0, UINT64_MAX) < 0)
+        return commit_locked(f, f->length, NULL);
+    while (f->inflight_head && over_file_bound(f)) {
+        sqz_pool_wait(f->e->pool, &f->inflight_head->batch);
+        if ((rc = commit_inflight(f, 0)) < 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* Write with f->lock exclusive. Returns bytes written (short if a commit
- * or a load failed after some progress) or a negative errno. */
+ * or a load failed after some progress) or a negative errno. Blocks the
+ * write fills up to their end start compressing in the background. */
 static ssize_t write_locked(sqz_file *f, const void *buf, size_t n,
                            uint64_t off)
 {
@@ -550,8 +846,13 @@ static ssize_t write_locked(sqz_file *f, const void *buf, size_t n,
         return 0;
     if (off > SQZ_MAX_LENGTH || n > SQZ_MAX_LENGTH - off)
         return -EFBIG;
+    int err = take_bg_err(f);
+    if (err < 0)
+        return err;
+    /* Commit what the pool has finished (cheap: no compression here). */
+    if ((err = commit_inflight(f, 0)) < 0)
+        return err;
     size_t done = 0;
-    int err = 0;
     while (done < n) {
         uint64_t pos = off + done;
         uint64_t idx = pos >> f->log2bs;
@@ -561,11 +862,8 @@ static ssize_t write_locked(sqz_file *f, const void *buf, size_t n,
             chunk = n - done;
         sqz_cblock *b = dirty_find(f, idx);
         if (!b) {
-            if (over_dirty_bound(f)) {
-                err = commit_locked(f, f->length, NULL);
-                if (err < 0)
-                    break;
-            }
+            if ((err = make_room(f)) < 0)
+                break;
             int full = boff == 0 && chunk == f->bs;
             b = sqz_cblock_new(f->bs, 0);
             if (!b) {
@@ -574,7 +872,7 @@ static ssize_t write_locked(sqz_file *f, const void *buf, size_t n,
             }
             b->fid = f->fid;
             b->idx = idx;
-            if (!full && (err = load_clean_block(f, idx, b->data)) < 0) {
+            if (!full && (err = load_current_block(f, idx, b->data)) < 0) {
                 sqz_cblock_put(b);
                 break;
             }
@@ -584,10 +882,14 @@ static ssize_t write_locked(sqz_file *f, const void *buf, size_t n,
             }
         }
         memcpy(b->data + boff, in + done, chunk);
+        atomic_fetch_add_explicit(&f->copies, 1, memory_order_relaxed);
         done += chunk;
         if (pos + chunk > f->length)
             f->length = pos + chunk;
     }
+    /* Blocks written up to their end: compress them in the background. */
+    if (done > 0)
+        (void)submit_range(f, off >> f->log2bs, (off + done) >> f->log2bs);
     if (done == 0)
         return err;
     atomic_fetch_add(&e->st.logical_bytes_written, done);
@@ -648,9 +950,12 @@ int sqz_file_truncate(sqz_file *f, uint64_t length)
         pthread_rwlock_unlock(&f->lock);
         return 0;
     }
-    /* Shrink: commit now, passing the new last block with a zero tail. */
-    size_t tail = (size_t)(length & (f->bs - 1));
+    /* Shrink: commit in-flight work first (the truncate is newer), then
+     * commit, passing the new last block with a zero tail. */
     sqz_cblock *extra = NULL;
+    if ((rc = commit_inflight(f, 1)) < 0)
+        goto out;
+    size_t tail = (size_t)(length & (f->bs - 1));
     if (tail) {
         uint64_t t = length >> f->log2bs;
         extra = sqz_cblock_new(f->bs, 0);
@@ -678,6 +983,9 @@ int sqz_file_flush(sqz_file *f)
 {
     pthread_rwlock_wrlock(&f->lock);
     int rc = commit_locked(f, f->length, NULL);
+    int bg = take_bg_err(f);
+    if (rc == 0)
+        rc = bg;
     pthread_rwlock_unlock(&f->lock);
     return rc;
 }
@@ -699,6 +1007,8 @@ int sqz_file_writeback(sqz_file *f, uint64_t cutoff_ms)
     uint64_t since = atomic_load(&f->dirty_since);
     if (since != 0 && since <= cutoff_ms)
         rc = commit_locked(f, f->length, NULL);
+    if (rc < 0 && f->bg_err == 0)
+        f->bg_err = rc; /* reported by the next write/flush/fsync/close */
     pthread_rwlock_unlock(&f->lock);
     return rc;
 }
@@ -738,7 +1048,7 @@ sqz_ctr *sqz_file_ctr(sqz_file *f)
 int sqz_file_dirty(sqz_file *f)
 {
     pthread_rwlock_rdlock(&f->lock);
-    int d = f->ndirty > 0 || f->length != f->committed_len;
+    int d = !is_clean(f);
     pthread_rwlock_unlock(&f->lock);
     return d;
 }
