@@ -88,58 +88,6 @@ static int check_anchors(vctx *v, uint64_t fsize)
     return 0;
 }
 
-/* After the valid log ends at c->end, is there a later well-formed COMMIT
- * of this file (same file id, checksum valid, a higher transaction number)?
- * Then the bytes at c->end are damage in the middle of the log, not a tail
- * torn by a crash. Records are 8-aligned, so every 8th offset is tried.
- * 1 (found, *where set), 0 (none), or a negative errno. */
-static int find_later_commit(sqz_ctr *c, uint64_t fsize, uint64_t *where)
-{
-    enum { WIN = 1 << 20 };
-    uint8_t *buf = malloc(WIN);
-    if (!buf)
-        return -ENOMEM;
-    int found = 0;
-    for (uint64_t base = c->end + 8; base + SQZ_REC_HDR <= fsize && !found;) {
-        size_t want = fsize - base < WIN ? (size_t)(fsize - base) : WIN;
-        ssize_t got = c->io.pread(c->io.ctx, c->fd, buf, want, base);
-        if (got < 0) {
-            free(buf);
-            return (int)got;
-        }
-        if ((size_t)got < SQZ_REC_HDR)
-            break;
-        size_t off = 0;
-        for (; off + SQZ_REC_HDR <= (size_t)got; off += 8) {
-            sqz_rec_hdr h;
-            if (sqz_rec_parse(buf + off, c->hdr.file_id, &h) < 0 ||
-                h.type != SQZ_REC_COMMIT || h.seq <= c->st.txn)
-                continue;
-            uint64_t total = sqz_rec_size(h.plen);
-            if (total > fsize - (base + off))
-                continue;
-            uint8_t *rec = malloc(total);
-            if (!rec) {
-                free(buf);
-                return -ENOMEM;
-            }
-            ssize_t rr = c->io.pread(c->io.ctx, c->fd, rec, total, base + off);
-            int ok = rr == (ssize_t)total && sqz_rec_verify(rec, &h);
-            free(rec);
-            if (ok) {
-                *where = base + off;
-                found = 1;
-                break;
-            }
-        }
-        if ((size_t)got < want || off == 0)
-            break;
-        base += off;
-    }
-    free(buf);
-    return found;
-}
-
 int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
 {
     vctx v = {.c = c, .report = report, .user = user};
@@ -179,23 +127,14 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
                         "length changes and holes could not be recovered",
                     (unsigned long long)st->lost_commits);
     }
-    if (r == 0 && fsize > c->end) {
-        uint64_t later = 0;
-        r = find_later_commit(c, fsize, &later);
-        if (r == 1)
-            problem(&v, "damaged record at offset %llu: the valid commit at "
-                        "offset %llu after it is unreachable (its data is "
-                        "lost when the file is next opened for writing)",
-                    (unsigned long long)c->end, (unsigned long long)later);
-        else if (r == 0)
-            sqz_logf(1, "%s: %llu bytes after offset %llu are an uncommitted "
-                        "or torn tail (left by a crash; discarded at the next "
-                        "write)", c->label,
-                     (unsigned long long)(fsize - c->end),
-                     (unsigned long long)c->end);
-        if (r > 0)
-            r = 0;
-    }
+    /* Past the durable mark an invalid record is indistinguishable from
+     * writes lost or reordered by a crash before their fsync (the durable
+     * mark decides what counts as damage, above): a warning, not damage. */
+    if (r == 0 && fsize > c->end)
+        sqz_logf(1, "%s: %llu bytes after offset %llu are an uncommitted or "
+                    "torn tail (left by a crash; discarded at the next write)",
+                 c->label, (unsigned long long)(fsize - c->end),
+                 (unsigned long long)c->end);
     if (r == 0)
         r = sqz_index_each(&c->st.ix, check_block, &v);
     pthread_rwlock_unlock(&c->lock);
