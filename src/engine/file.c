@@ -102,18 +102,25 @@ static void count_decompress(sqz_engine *e, ssize_t got, size_t stored)
     }
 }
 
-/* Index in the dirty array of idx, or of where it would be inserted. */
-static size_t dirty_pos(const sqz_file *f, uint64_t idx)
+/* Index of idx in v[0..n) (sorted by idx), or where it would be inserted.
+ * Serves the dirty array and every in-flight batch. */
+static size_t cblock_pos(sqz_cblock *const *v, size_t n, uint64_t idx)
 {
-    size_t lo = 0, hi = f->ndirty;
+    size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        if (f->dirty[mid]->idx < idx)
+        if (v[mid]->idx < idx)
             lo = mid + 1;
         else
             hi = mid;
     }
     return lo;
+}
+
+/* Index in the dirty array of idx, or of where it would be inserted. */
+static size_t dirty_pos(const sqz_file *f, uint64_t idx)
+{
+    return cblock_pos(f->dirty, f->ndirty, idx);
 }
 
 static sqz_cblock *dirty_find(const sqz_file *f, uint64_t idx)
@@ -181,14 +188,7 @@ static sqz_cblock *inflight_find(const sqz_file *f, uint64_t idx)
 {
     sqz_cblock *found = NULL;
     for (const abatch *a = f->inflight_head; a; a = a->next) {
-        size_t lo = 0, hi = a->n;
-        while (lo < hi) {
-            size_t mid = lo + (hi - lo) / 2;
-            if (a->blk[mid]->idx < idx)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
+        size_t lo = cblock_pos(a->blk, a->n, idx);
         if (lo < a->n && a->blk[lo]->idx == idx)
             found = a->blk[lo]; /* later batches are newer */
     }
