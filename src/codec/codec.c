@@ -4,12 +4,12 @@
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <strings.h>
 #include <sys/types.h>
 
+#include "common/errbuf.h"
 #include "squeezefs/codec.h"
 #include "codec_impl.h"
 
@@ -32,19 +32,6 @@ static const sqz_codec_vt *vt_of(int alg)
     case SQZ_ALG_LZ4: return &sqz_codec_lz4;
     default: return NULL;
     }
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 const char *sqz_alg_name(sqz_alg alg)
@@ -75,7 +62,7 @@ int sqz_alg_from_name(const char *name, sqz_alg *out, char *err, size_t errlen)
             }
         }
     }
-    set_err(err, errlen, "unknown algorithm '%.64s'; valid: " VALID_NAMES,
+    sqz_errf(err, errlen, "unknown algorithm '%.64s'; valid: " VALID_NAMES,
             name ? name : "");
     return -EINVAL;
 }
@@ -83,7 +70,7 @@ int sqz_alg_from_name(const char *name, sqz_alg *out, char *err, size_t errlen)
 int sqz_alg_from_kdb(int number, sqz_alg *out, char *err, size_t errlen)
 {
     if (number == 1) {
-        set_err(err, errlen,
+        sqz_errf(err, errlen,
                 "kdb+ algorithm 1 (q IPC) is not supported; " VALID_KDB);
         return -ENOTSUP;
     }
@@ -95,7 +82,7 @@ int sqz_alg_from_kdb(int number, sqz_alg *out, char *err, size_t errlen)
             return 0;
         }
     }
-    set_err(err, errlen, "unknown kdb+ algorithm %d; " VALID_KDB, number);
+    sqz_errf(err, errlen, "unknown kdb+ algorithm %d; " VALID_KDB, number);
     return -EINVAL;
 }
 
@@ -127,17 +114,17 @@ int sqz_level_check(sqz_alg alg, int level, char *err, size_t errlen)
 {
     const sqz_codec_vt *vt = vt_of((int)alg);
     if (!vt) {
-        set_err(err, errlen, "unknown algorithm id %d; valid: " VALID_NAMES,
+        sqz_errf(err, errlen, "unknown algorithm id %d; valid: " VALID_NAMES,
                 (int)alg);
         return -EINVAL;
     }
     if (level < vt->level_min || level > vt->level_max) {
         if (vt->level_min == vt->level_max)
-            set_err(err, errlen,
+            sqz_errf(err, errlen,
                     "%s level %d is out of range %d..%d (%s has no levels)",
                     vt->name, level, vt->level_min, vt->level_max, vt->name);
         else
-            set_err(err, errlen, "%s level %d is out of range %d..%d",
+            sqz_errf(err, errlen, "%s level %d is out of range %d..%d",
                     vt->name, level, vt->level_min, vt->level_max);
         return -EINVAL;
     }

@@ -4,10 +4,11 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "common/errbuf.h"
 
 #include "squeezefs/container.h"
 
@@ -36,18 +37,6 @@ void sqz_mount_opts_finish(struct sqz_mount_opts *o)
         o->spec.log2bs = o->block_log2;
     else if (o->spec.log2bs == 0)
         o->spec.log2bs = SQZ_LOG2BS_DEFAULT;
-}
-
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_err(char *err, size_t errlen, const char *fmt, ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
 }
 
 int sqz_parse_size(const char *text, size_t *out)
@@ -185,18 +174,18 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
     if (!*key) {
         if (!has_val)
             return 0; /* empty element (",,") */
-        set_err(err, errlen, "option '=%s' has no name", val);
+        sqz_errf(err, errlen, "option '=%s' has no name", val);
         return -EINVAL;
     }
     if (strcmp(key, "compress") == 0) {
         if (!has_val || !*val) {
-            set_err(err, errlen, "option compress= needs a SPEC (e.g. zstd:3/128K)");
+            sqz_errf(err, errlen, "option compress= needs a SPEC (e.g. zstd:3/128K)");
             return -EINVAL;
         }
         sqz_spec s;
         msg[0] = '\0';
         if (sqz_spec_parse(val, &s, msg, sizeof(msg)) != 0) {
-            set_err(err, errlen, "compress=%s: %s", val, msg[0] ? msg : "invalid SPEC");
+            sqz_errf(err, errlen, "compress=%s: %s", val, msg[0] ? msg : "invalid SPEC");
             return -EINVAL;
         }
         o->spec = s;
@@ -207,7 +196,7 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
         msg[0] = '\0';
         if (!has_val || sqz_parse_block(val, &l2, msg, sizeof(msg)) != 0 ||
             l2 < SQZ_LOG2BS_MIN || l2 > SQZ_LOG2BS_MAX) {
-            set_err(err, errlen, "block=%s: %s", has_val ? val : "",
+            sqz_errf(err, errlen, "block=%s: %s", has_val ? val : "",
                     msg[0] ? msg : "block size must be a power of two 4K..1M or 12..20");
             return -EINVAL;
         }
@@ -217,7 +206,7 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
     if (strcmp(key, "cache") == 0) {
         size_t b = 0;
         if (!has_val || sqz_parse_size(val, &b) != 0) {
-            set_err(err, errlen, "cache=%s: expected a size such as 256M or 1G",
+            sqz_errf(err, errlen, "cache=%s: expected a size such as 256M or 1G",
                     has_val ? val : "");
             return -EINVAL;
         }
@@ -226,7 +215,7 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
     }
     if (strcmp(key, "threads") == 0) {
         if (!has_val || parse_threads(val, &o->threads) != 0) {
-            set_err(err, errlen, "threads=%s: expected a number 1..1024",
+            sqz_errf(err, errlen, "threads=%s: expected a number 1..1024",
                     has_val ? val : "");
             return -EINVAL;
         }
@@ -234,7 +223,7 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
     }
     if (strcmp(key, "min_saving") == 0) {
         if (!has_val || parse_min_saving(val, &o->min_saving) != 0) {
-            set_err(err, errlen, "min_saving=%s: expected a percentage 0..100 (e.g. 12.5)",
+            sqz_errf(err, errlen, "min_saving=%s: expected a percentage 0..100 (e.g. 12.5)",
                     has_val ? val : "");
             return -EINVAL;
         }
@@ -242,7 +231,7 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
     }
     if (strcmp(key, "policy") == 0) {
         if (!has_val || !*val) {
-            set_err(err, errlen, "option policy= needs a rule file path");
+            sqz_errf(err, errlen, "option policy= needs a rule file path");
             return -EINVAL;
         }
         char *p = strdup(val);
@@ -285,9 +274,9 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
         return add_fuse_opt(o, key, val);
     }
     if (has_val)
-        set_err(err, errlen, "unknown option '%s=%s'", key, val);
+        sqz_errf(err, errlen, "unknown option '%s=%s'", key, val);
     else
-        set_err(err, errlen, "unknown option '%s'", key);
+        sqz_errf(err, errlen, "unknown option '%s'", key);
     return -EINVAL;
 }
 
@@ -297,7 +286,7 @@ int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
     if (err && errlen)
         err[0] = '\0';
     if (!optstring || !out) {
-        set_err(err, errlen, "no option string");
+        sqz_errf(err, errlen, "no option string");
         return -EINVAL;
     }
     size_t len = strlen(optstring);
@@ -333,6 +322,6 @@ int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
     }
     free(buf);
     if (rc == -ENOMEM)
-        set_err(err, errlen, "out of memory");
+        sqz_errf(err, errlen, "out of memory");
     return rc;
 }

@@ -2,23 +2,7 @@
 #ifndef SQUEEZEFS_POLICY_IMPL_H
 #define SQUEEZEFS_POLICY_IMPL_H
 
-#include <stdarg.h>
-#include <stddef.h>
-#include <stdio.h>
-
-/* snprintf into an optional caller buffer (err may be NULL / errlen 0). */
-static inline void sqz_policy_err(char *err, size_t errlen, const char *fmt,
-                                  ...) __attribute__((format(printf, 3, 4)));
-static inline void sqz_policy_err(char *err, size_t errlen, const char *fmt,
-                                  ...)
-{
-    if (!err || errlen == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "common/errbuf.h"
 
 /* Whitespace as the spec and rule syntaxes see it: space, tab, CR, LF,
  * VT, FF (locale independent). */

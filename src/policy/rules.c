@@ -113,7 +113,7 @@ static int parse_line(sqz_rules *r, const char *b, const char *e, int line,
         sb++;
     size_t plen = (size_t)(pe - b), slen = (size_t)(e - sb);
     if (slen == 0) {
-        sqz_policy_err(err, errlen,
+        sqz_errf(err, errlen,
                        "%s:%d: missing SPEC after pattern '%.*s' (expected "
                        "'PATTERN SPEC', e.g. '*.csv zstd:9/128K')",
                        src, line, plen > 64 ? 64 : (int)plen, b);
@@ -123,7 +123,7 @@ static int parse_line(sqz_rules *r, const char *b, const char *e, int line,
     if (!quoted) {
         for (const char *p = sb; p < e; p++) {
             if (sqz_policy_space((unsigned char)*p)) {
-                sqz_policy_err(err, errlen,
+                sqz_errf(err, errlen,
                                "%s:%d: unexpected text after the spec; a SPEC "
                                "with spaces must be a quoted kdb+ triple such "
                                "as \"17 2 6\"", src, line);
@@ -133,7 +133,7 @@ static int parse_line(sqz_rules *r, const char *b, const char *e, int line,
     }
     char *spectext = malloc(slen + 1);
     if (!spectext) {
-        sqz_policy_err(err, errlen, "%s:%d: out of memory", src, line);
+        sqz_errf(err, errlen, "%s:%d: out of memory", src, line);
         return -ENOMEM;
     }
     memcpy(spectext, sb, slen);
@@ -144,11 +144,11 @@ static int parse_line(sqz_rules *r, const char *b, const char *e, int line,
     int rc = sqz_spec_parse(spectext, &spec, msg, sizeof msg);
     free(spectext);
     if (rc != 0) {
-        sqz_policy_err(err, errlen, "%s:%d: %s", src, line, msg);
+        sqz_errf(err, errlen, "%s:%d: %s", src, line, msg);
         return rc;
     }
     if (rules_add(r, b, plen, &spec, line) != 0) {
-        sqz_policy_err(err, errlen, "%s:%d: out of memory", src, line);
+        sqz_errf(err, errlen, "%s:%d: out of memory", src, line);
         return -ENOMEM;
     }
     return 0;
@@ -159,13 +159,13 @@ int sqz_rules_parse(const char *text, const char *source_name,
 {
     const char *src = source_name ? source_name : "rules";
     if (!text || !out) {
-        sqz_policy_err(err, errlen, "%s: no rule text", src);
+        sqz_errf(err, errlen, "%s: no rule text", src);
         return -EINVAL;
     }
     *out = NULL;
     sqz_rules *r = calloc(1, sizeof *r);
     if (!r) {
-        sqz_policy_err(err, errlen, "%s: out of memory", src);
+        sqz_errf(err, errlen, "%s: out of memory", src);
         return -ENOMEM;
     }
     int line = 0;
@@ -189,7 +189,7 @@ int sqz_rules_load(const char *path, sqz_rules **out, char *err,
                    size_t errlen)
 {
     if (!path || !out) {
-        sqz_policy_err(err, errlen, "no rule file given");
+        sqz_errf(err, errlen, "no rule file given");
         return -EINVAL;
     }
     *out = NULL;
@@ -197,7 +197,7 @@ int sqz_rules_load(const char *path, sqz_rules **out, char *err,
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
-        sqz_policy_err(err, errlen, "%s: %s", path,
+        sqz_errf(err, errlen, "%s: %s", path,
                        strerror_r(e, ebuf, sizeof ebuf));
         return -e;
     }
@@ -205,13 +205,13 @@ int sqz_rules_load(const char *path, sqz_rules **out, char *err,
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        sqz_policy_err(err, errlen, "%s: %s", path,
+        sqz_errf(err, errlen, "%s: %s", path,
                        strerror_r(e, ebuf, sizeof ebuf));
         return -e;
     }
     if (!S_ISREG(st.st_mode) || st.st_size > (off_t)RULES_FILE_MAX) {
         close(fd);
-        sqz_policy_err(err, errlen, "%s: not a regular file of at most %u bytes",
+        sqz_errf(err, errlen, "%s: not a regular file of at most %u bytes",
                        path, RULES_FILE_MAX);
         return S_ISREG(st.st_mode) ? -EFBIG : -EINVAL;
     }
@@ -219,7 +219,7 @@ int sqz_rules_load(const char *path, sqz_rules **out, char *err,
     char *buf = malloc(cap);
     if (!buf) {
         close(fd);
-        sqz_policy_err(err, errlen, "%s: out of memory", path);
+        sqz_errf(err, errlen, "%s: out of memory", path);
         return -ENOMEM;
     }
     for (;;) {
@@ -233,7 +233,7 @@ int sqz_rules_load(const char *path, sqz_rules **out, char *err,
             int e = errno;
             free(buf);
             close(fd);
-            sqz_policy_err(err, errlen, "%s: %s", path,
+            sqz_errf(err, errlen, "%s: %s", path,
                            strerror_r(e, ebuf, sizeof ebuf));
             return -e;
         }
@@ -245,7 +245,7 @@ int sqz_rules_load(const char *path, sqz_rules **out, char *err,
     buf[len] = 0;
     if (memchr(buf, 0, len)) {
         free(buf);
-        sqz_policy_err(err, errlen, "%s: contains a NUL byte (not a text file)",
+        sqz_errf(err, errlen, "%s: contains a NUL byte (not a text file)",
                        path);
         return -EINVAL;
     }

@@ -87,7 +87,7 @@ int sqz_parse_block(const char *text, int *log2bs, char *err, size_t errlen)
         }
     }
 bad:
-    sqz_policy_err(err, errlen, "invalid block size '%.32s': " BLOCK_HELP, p);
+    sqz_errf(err, errlen, "invalid block size '%.32s': " BLOCK_HELP, p);
     return -EINVAL;
 }
 
@@ -110,18 +110,18 @@ static int parse_triple(char *buf, const char *orig, sqz_spec *out, char *err,
             p++;
     }
     if (nt != 3) {
-        sqz_policy_err(err, errlen, "invalid spec '%.64s': " FORM_HELP, orig);
+        sqz_errf(err, errlen, "invalid spec '%.64s': " FORM_HELP, orig);
         return -EINVAL;
     }
     int lbs, kdb, level;
     if (parse_int(tok[0], &lbs) != 0 || lbs < 12 || lbs > 20) {
-        sqz_policy_err(err, errlen,
+        sqz_errf(err, errlen,
                        "kdb+ logical block size '%.16s' is out of range "
                        "12..20 (4K..1M)", tok[0]);
         return -EINVAL;
     }
     if (parse_int(tok[1], &kdb) != 0) {
-        sqz_policy_err(err, errlen,
+        sqz_errf(err, errlen,
                        "kdb+ algorithm '%.16s' is not a number; use 0 none, "
                        "2 gzip, 3 snappy, 4 lz4hc or 5 zstd", tok[1]);
         return -EINVAL;
@@ -130,7 +130,7 @@ static int parse_triple(char *buf, const char *orig, sqz_spec *out, char *err,
     if (sqz_alg_from_kdb(kdb, &alg, err, errlen) != 0)
         return -EINVAL;
     if (parse_int(tok[2], &level) != 0) {
-        sqz_policy_err(err, errlen,
+        sqz_errf(err, errlen,
                        "invalid %s level '%.16s': expected an integer in %d..%d",
                        sqz_alg_name(alg), tok[2], sqz_level_min(alg),
                        sqz_level_max(alg));
@@ -165,7 +165,7 @@ static int parse_form(char *buf, sqz_spec *out, char *err, size_t errlen)
         else if (strcasecmp(level, "speed") == 0)
             out->auto_mode = SQZ_AUTO_SPEED;
         else {
-            sqz_policy_err(err, errlen,
+            sqz_errf(err, errlen,
                            "unknown auto mode '%.32s'; use auto, auto:ratio "
                            "or auto:speed", level);
             return -EINVAL;
@@ -176,9 +176,9 @@ static int parse_form(char *buf, sqz_spec *out, char *err, size_t errlen)
     }
     if (sqz_alg_from_name(buf, &out->alg, NULL, 0) != 0) {
         if (!*buf)
-            sqz_policy_err(err, errlen, "missing algorithm; " ALG_HELP);
+            sqz_errf(err, errlen, "missing algorithm; " ALG_HELP);
         else
-            sqz_policy_err(err, errlen, "unknown algorithm '%.32s'; " ALG_HELP,
+            sqz_errf(err, errlen, "unknown algorithm '%.32s'; " ALG_HELP,
                            buf);
         return -EINVAL;
     }
@@ -186,7 +186,7 @@ static int parse_form(char *buf, sqz_spec *out, char *err, size_t errlen)
     out->level = sqz_level_default(out->alg);
     if (level) {
         if (parse_int(level, &out->level) != 0) {
-            sqz_policy_err(err, errlen,
+            sqz_errf(err, errlen,
                            "invalid %s level '%.32s': expected an integer in "
                            "%d..%d", sqz_alg_name(out->alg), level,
                            sqz_level_min(out->alg), sqz_level_max(out->alg));
@@ -201,7 +201,7 @@ static int parse_form(char *buf, sqz_spec *out, char *err, size_t errlen)
 int sqz_spec_parse(const char *text, sqz_spec *out, char *err, size_t errlen)
 {
     if (!text) {
-        sqz_policy_err(err, errlen, "missing spec; " FORM_HELP);
+        sqz_errf(err, errlen, "missing spec; " FORM_HELP);
         return -EINVAL;
     }
     const char *b = text, *e = text + strlen(text);
@@ -220,11 +220,11 @@ int sqz_spec_parse(const char *text, sqz_spec *out, char *err, size_t errlen)
     }
     size_t len = (size_t)(e - b);
     if (len == 0) {
-        sqz_policy_err(err, errlen, "empty spec; " FORM_HELP);
+        sqz_errf(err, errlen, "empty spec; " FORM_HELP);
         return -EINVAL;
     }
     if (len > SPEC_MAX) {
-        sqz_policy_err(err, errlen, "spec is too long (%zu characters, at most %d)",
+        sqz_errf(err, errlen, "spec is too long (%zu characters, at most %d)",
                        len, SPEC_MAX);
         return -EINVAL;
     }
