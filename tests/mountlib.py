@@ -1,5 +1,6 @@
 """Helpers to run squeezefs in tests: mount a backing dir, always unmount."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -33,12 +34,17 @@ def run_cli(*args, check=True, input=None, timeout=300, env=None):
     return p
 
 
+def unescape_mountinfo(field):
+    """mountinfo writes space, tab, newline and backslash as \\ooo."""
+    return re.sub(r"\\([0-3][0-7][0-7])", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def is_mounted(path):
     path = os.path.realpath(path)
     with open("/proc/self/mountinfo") as f:
         for line in f:
             parts = line.split()
-            if parts[4] == path:
+            if unescape_mountinfo(parts[4]) == path:
                 return True
     return False
 

@@ -106,6 +106,9 @@ BAD_OPTIONS = [
     (["cache=abc"], ["cache"]),
     (["cache=-5M"], ["cache"]),
     (["min_saving=abc"], ["min_saving"]),
+    (["readahead=abc"], ["readahead"]),
+    (["readahead=1K"], ["readahead"]),
+    (["readahead=128M"], ["readahead"]),
     (["min_saving=101"], ["min_saving"]),
     (["foo=bar"], ["foo"]),
     (["nosuchflag"], ["nosuchflag"]),
@@ -225,6 +228,33 @@ def test_tuning_options_work(mount_factory, opts):
     m.start()
     for k, v in files.items():
         assert rd(m.path(k)) == v
+
+
+def bdi_read_ahead_kb(path):
+    st = os.stat(path)
+    with open(f"/sys/class/bdi/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/read_ahead_kb") as f:
+        return int(f.read())
+
+
+@pytest.mark.parametrize("opts,name,expect_kb", [
+    ([], "mnt", 1024),
+    (["readahead=256K"], "mnt", 256),
+    (["readahead=4M"], "mnt", 4096),
+    (["readahead=0"], "mnt", None),            # None: the kernel's default stays
+    ([], "mount point\\with space", 1024),   # mountinfo escapes the path
+], ids=["default", "256K", "4M", "off", "escaped-path"])
+def test_readahead_option(mount_factory, opts, name, expect_kb):
+    """readahead= sets the kernel read-ahead window of the mount (the size
+    of buffered read requests) at the first open."""
+    if os.geteuid() != 0:
+        pytest.skip("setting read_ahead_kb needs root")
+    m = mount_factory(options=opts, name=name)
+    before = bdi_read_ahead_kb(m.mnt)
+    data = text(3 * MiB + 7)
+    wr(m.path("f"), data)
+    assert rd(m.path("f")) == data
+    after = bdi_read_ahead_kb(m.mnt)
+    assert after == (before if expect_kb is None else expect_kb), (before, after)
 
 
 def half_random(n, seed=1):

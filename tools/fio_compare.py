@@ -15,6 +15,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import statistics
@@ -34,10 +35,15 @@ def log(msg):
     print(f"fio-compare: {msg}", file=sys.stderr, flush=True)
 
 
+def unescape_mountinfo(field):
+    """mountinfo writes space, tab, newline and backslash as \\ooo."""
+    return re.sub(r"\\([0-3][0-7][0-7])", lambda m: chr(int(m.group(1), 8)), field)
+
+
 def is_mounted(path):
     path = os.path.realpath(path)
     with open("/proc/self/mountinfo") as f:
-        return any(line.split()[4] == path for line in f)
+        return any(unescape_mountinfo(line.split()[4]) == path for line in f)
 
 
 def drop_caches(state):

@@ -24,6 +24,7 @@
 
 #include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -121,6 +122,9 @@ struct sqz_fs {
     double timeout;             /* entry/attr timeout (seconds) */
     int syslog;                 /* log lines also go to syslog */
     uid_t uid;                  /* euid of the daemon */
+    char *mnt_real;             /* realpath of MOUNTPOINT, or NULL */
+    atomic_int readahead_done;  /* the first open set the kernel's
+                                   read-ahead window (mount.c) */
 
     pthread_mutex_t itable_lock;
     struct sqz_inode **buckets;
@@ -132,6 +136,11 @@ static inline struct sqz_fs *sqz_fs_of(fuse_req_t req)
 {
     return (struct sqz_fs *)fuse_req_userdata(req);
 }
+
+/* ---- mount.c ---- */
+/* Once per mount, at the first open (the FUSE INIT reply has been
+ * processed by then): set the kernel read-ahead window (readahead=). */
+void sqz_fs_tune_readahead(struct sqz_fs *fs);
 
 /* ---- inode.c: inode table ---- */
 int sqz_itable_init(struct sqz_fs *fs, const char *backing);

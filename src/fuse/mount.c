@@ -9,6 +9,7 @@
  * fsyncs every open file; the exit status is 0 unless that failed. */
 #include "fuse/fs.h"
 #include "fuse/fuse_main.h"
+#include "fuse/readahead.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -41,6 +42,8 @@ void sqz_mount_usage(FILE *out)
         "                         | \"LBS ALG LEVEL\" (kdb+)\n"
         "     block=SIZE          block size 4K..1M (or log2 12..20)\n"
         "     cache=SIZE          decompressed block cache (default 256M)\n"
+        "     readahead=SIZE      kernel read-ahead window, 0 or 4K..64M\n"
+        "                         (default 1M; needs root, else 128K)\n"
         "     threads=N           compression threads (default: cores)\n"
         "     min_saving=PCT      store a block raw unless compression saves\n"
         "                         PCT percent (default 12.5)\n"
@@ -89,6 +92,19 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     conn->max_write = MAX_IO;
     if (conn->max_readahead > MAX_IO)
         conn->max_readahead = MAX_IO;
+}
+
+void sqz_fs_tune_readahead(struct sqz_fs *fs)
+{
+    if (atomic_load_explicit(&fs->readahead_done, memory_order_relaxed) ||
+        atomic_exchange(&fs->readahead_done, 1))
+        return;
+    if (fs->opts.readahead_bytes == 0 || !fs->mnt_real)
+        return;
+    int rc = sqz_set_mount_readahead(fs->mnt_real, fs->opts.readahead_bytes);
+    if (rc < 0)
+        sqz_logf(2, "readahead=%zuK not applied (kernel default kept): %s",
+                 fs->opts.readahead_bytes / 1024, strerror(-rc));
 }
 
 static int g_destroy_rc; /* written once by op_destroy, read after the loop */
@@ -270,6 +286,8 @@ static void teardown(struct sqz_fs *fs)
     fs->root_dirfd = -1;
     free(fs->backing_real);
     fs->backing_real = NULL;
+    free(fs->mnt_real);
+    fs->mnt_real = NULL;
     sqz_mount_opts_free(&fs->opts);
 }
 
@@ -331,6 +349,7 @@ int sqz_mount_main(int argc, char **argv)
         fprintf(stderr, "squeezefs: cannot install signal handlers\n");
         goto out_session;
     }
+    fs->mnt_real = realpath(cl.pos[1], NULL); /* NULL: no readahead= */
     if (fuse_session_mount(se, cl.pos[1]) != 0) {
         fprintf(stderr, "squeezefs: cannot mount on %s\n", cl.pos[1]);
         goto out_signals;

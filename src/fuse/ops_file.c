@@ -44,6 +44,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *in = sqz_inode_of(fs, ino);
+    sqz_fs_tune_readahead(fs);
     if (in->type != S_IFREG) {
         fuse_reply_err(req, in->type == S_IFDIR ? EISDIR : EINVAL);
         return;
@@ -74,6 +75,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
+    sqz_fs_tune_readahead(fs);
     int bad = sqz_name_errno(name, EPERM);
     if (bad == 0 && fs->opts.ro)
         bad = EROFS;

@@ -20,6 +20,7 @@ void sqz_mount_opts_init(struct sqz_mount_opts *o)
     o->spec.log2bs = SQZ_LOG2BS_DEFAULT;
     o->spec.auto_mode = SQZ_AUTO_NONE;
     o->cache_bytes = SQZ_DEFAULT_CACHE_BYTES;
+    o->readahead_bytes = SQZ_DEFAULT_READAHEAD_BYTES;
     o->min_saving = SQZ_MIN_SAVING_DEFAULT;
 }
 
@@ -211,6 +212,18 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
             return -EINVAL;
         }
         o->cache_bytes = b;
+        return 0;
+    }
+    if (strcmp(key, "readahead") == 0) {
+        size_t b = 0;
+        if (!has_val || sqz_parse_size(val, &b) != 0 ||
+            (b != 0 && (b < 4096 || b > SQZ_MAX_READAHEAD_BYTES))) {
+            sqz_errf(err, errlen,
+                     "readahead=%s: expected 0 (kernel default) or a size 4K..64M",
+                     has_val ? val : "");
+            return -EINVAL;
+        }
+        o->readahead_bytes = b;
         return 0;
     }
     if (strcmp(key, "threads") == 0) {

@@ -11,12 +11,16 @@
 
 #define SQZ_DEFAULT_SPEC "zstd:1/128K"
 #define SQZ_DEFAULT_CACHE_BYTES (256u * 1024u * 1024u)
+#define SQZ_DEFAULT_READAHEAD_BYTES (1024u * 1024u)
+#define SQZ_MAX_READAHEAD_BYTES (64u * 1024u * 1024u)
 
 struct sqz_mount_opts {
     sqz_spec spec;          /* compress= (default zstd:1/128K); block size
                                always set after sqz_mount_opts_finish */
     int block_log2;         /* block= override, 0 if not given */
     size_t cache_bytes;     /* cache= */
+    size_t readahead_bytes; /* readahead= kernel read-ahead window (default
+                               1M; 0 = leave the kernel's default) */
     int threads;            /* threads= (0 = number of cores) */
     unsigned min_saving;    /* min_saving= in permille (default 125) */
     char *policy_file;      /* policy= (malloc'd) or NULL */
@@ -31,7 +35,8 @@ struct sqz_mount_opts {
                                '\'), malloc'd, or NULL */
 };
 
-/* Defaults: compress=zstd:1/128K, cache=256M, threads=0, min_saving=12.5. */
+/* Defaults: compress=zstd:1/128K, cache=256M, readahead=1M, threads=0,
+ * min_saving=12.5. */
 void sqz_mount_opts_init(struct sqz_mount_opts *o);
 /* Free what the struct owns (policy_file, fuse_opts); safe to call twice. */
 void sqz_mount_opts_free(struct sqz_mount_opts *o);
