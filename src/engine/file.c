@@ -811,8 +811,8 @@ static int over_global_bound(const sqz_file *f)
 
 /* Make room for one more dirty block. Above the global bound: commit all
  * our data now. Above the per-file bound: hand every dirty block to the
- * background, then wait (on the pool's condition variable, helping with
- * the oldest batch) and commit finished batches until under the bound.
+ * background, then wait (on the pool's condition variable, without
+ * running jobs here) and commit finished batches until under the bound.
  * f->lock exclusive. */
 static int make_room(sqz_file *f)
 {
@@ -827,7 +827,9 @@ static int make_room(sqz_file *f)
         submit_range(f, 0, UINT64_MAX) < 0)
         return commit_locked(f, f->length, NULL);
     while (f->inflight_head && over_file_bound(f)) {
-        sqz_pool_wait(f->e->pool, &f->inflight_head->batch);
+        /* Not sqz_pool_wait: a streaming writer must not become an extra
+         * compression thread (threads=N is the bound). */
+        sqz_pool_wait_done(f->e->pool, &f->inflight_head->batch);
         if ((rc = commit_inflight(f, 0)) < 0)
             return rc;
     }

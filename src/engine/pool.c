@@ -188,6 +188,14 @@ void sqz_pool_wait(sqz_pool *p, sqz_batch *b)
     pthread_mutex_unlock(&p->mu);
 }
 
+void sqz_pool_wait_done(sqz_pool *p, sqz_batch *b)
+{
+    pthread_mutex_lock(&p->mu);
+    while (b->done < b->n)
+        pthread_cond_wait(&p->done_cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+}
+
 int sqz_pool_done(sqz_pool *p, sqz_batch *b)
 {
     pthread_mutex_lock(&p->mu);

@@ -53,6 +53,12 @@ void sqz_batch_init(sqz_batch *b, sqz_job *jobs, size_t n);
 void sqz_pool_submit(sqz_pool *p, sqz_batch *b);
 /* Run the batch's unclaimed jobs in this thread, then wait for the rest. */
 void sqz_pool_wait(sqz_pool *p, sqz_batch *b);
+/* Wait until every job of a submitted batch has finished without running
+ * any of them here: the caller stays off the CPU, so the pool's thread
+ * count bounds the CPU that background work of a blocked writer uses
+ * (threads=N). Workers never block on the caller's locks (see file.c), so
+ * this always returns. */
+void sqz_pool_wait_done(sqz_pool *p, sqz_batch *b);
 /* 1 if every job of a submitted batch has finished, else 0 (a batch
  * initialised with n == 0 counts as finished). Does not block. */
 int sqz_pool_done(sqz_pool *p, sqz_batch *b);
