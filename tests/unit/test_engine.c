@@ -147,10 +147,26 @@ static void test_pool(void)
     CHECK_EQ_INT(atomic_load(&counter), N);
     sqz_pool_wait(p, &b); /* finished: returns at once */
 
+    /* sqz_pool_wait_done: all jobs finish, none of them on the caller
+     * (the threads= bound of a blocked writer). */
+    atomic_store(&counter, 0);
+    for (int i = 0; i < N; i++)
+        recs[i] = (pool_rec){.counter = &counter, .slow = i % 8 == 0};
+    sqz_batch_init(&b, jobs, N);
+    sqz_pool_submit(p, &b);
+    sqz_pool_wait_done(p, &b);
+    CHECK(sqz_pool_done(p, &b));
+    CHECK_EQ_INT(atomic_load(&counter), N);
+    for (int i = 0; i < N; i++) {
+        CHECK_EQ_INT(recs[i].ran, 1);
+        CHECK(!pthread_equal(recs[i].who, pthread_self()));
+    }
+
     /* An empty batch is done and waiting on it returns. */
     sqz_batch_init(&b, NULL, 0);
     CHECK(sqz_pool_done(p, &b));
     sqz_pool_run(p, &b);
+    sqz_pool_wait_done(p, &b);
 
     /* Several submitters at once. */
     pthread_t th[4];
@@ -812,11 +828,18 @@ static void test_cold_read_and_readahead(void)
     sqz_engine_stats(e, &s0);
     CHECK_EQ_INT(s0.cache_hits - s1.cache_hits, 4);
     /* A reader that takes its time between reads (so the background
-     * work is done) finds every further block in the cache. */
+     * work is done: wait until the next block has been decompressed, not
+     * a fixed time, which a loaded machine may not honour) finds every
+     * further block in the cache. */
     for (uint64_t i = 6; i < nb; i++) {
         CHECK_EQ_INT(sqz_file_read(f, buf, bs, i * bs), bs);
         CHECK(memcmp(buf, data + i * bs, bs) == 0);
-        sleep_ms(20);
+        uint64_t want = i + 2 < nb ? i + 2 : nb, w0 = now_ms();
+        sqz_stats sw;
+        do {
+            sleep_ms(2);
+            sqz_engine_stats(e, &sw);
+        } while (sw.blocks_decompressed < want && now_ms() - w0 < 10000);
     }
     CHECK_EQ_INT(sqz_file_read(f, buf, bs, nb * bs), 0);
     sqz_engine_stats(e, &s1);
@@ -994,7 +1017,7 @@ static void test_flusher(void)
     uint64_t dt = now_ms() - t0;
     CHECK_EQ_INT(seen, sizeof buf);
     CHECK(dt >= 150);  /* not before it expired */
-    CHECK(dt < 1500);  /* but soon after */
+    CHECK(dt < 4000);  /* but soon after (generous: loaded CI machines) */
     CHECK(!sqz_file_dirty(f));
     sqz_stats st;
     sqz_engine_stats(e, &st);
