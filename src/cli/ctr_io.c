@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common/fullio.h"
 #include "workpool.h"
 
 #define BATCH_BYTES (8u << 20) /* bytes of input handled per commit */
@@ -75,18 +76,13 @@ ssize_t cli_src_pread(cli_src *s, void *buf, size_t n, uint64_t off)
         memcpy(buf, s->mem + off, n);
         return (ssize_t)n;
     }
+    if (!s->ctr)
+        return sqz_pread_full(s->fd, buf, n, off);
     size_t got = 0;
     while (got < n) {
-        ssize_t r;
-        if (s->ctr)
-            r = sqz_ctr_pread(s->ctr, (char *)buf + got, n - got, off + got);
-        else
-            r = pread(s->fd, (char *)buf + got, n - got, (off_t)(off + got));
-        if (r < 0) {
-            if (!s->ctr && errno == EINTR)
-                continue;
-            return s->ctr ? r : -errno;
-        }
+        ssize_t r = sqz_ctr_pread(s->ctr, (char *)buf + got, n - got, off + got);
+        if (r < 0)
+            return r;
         if (r == 0)
             break;
         got += (size_t)r;

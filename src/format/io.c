@@ -5,23 +5,12 @@
 #include <unistd.h>
 
 #include "format/io.h"
+#include "common/fullio.h"
 
 static ssize_t sys_pread(void *ctx, int fd, void *buf, size_t n, uint64_t off)
 {
     (void)ctx;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = pread(fd, (char *)buf + done, n - done, (off_t)(off + done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            break;
-        done += (size_t)r;
-    }
-    return (ssize_t)done;
+    return sqz_pread_full(fd, buf, n, off);
 }
 
 static int sys_pwrite(void *ctx, int fd, const void *buf, size_t n, uint64_t off)

@@ -3,6 +3,7 @@
  * shared sqz_file of a container, handles, and the data operations.
  * Locking: see fs.h (io rwlock, then meta mutex). */
 #include "fuse/fs.h"
+#include "common/fullio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -565,22 +566,8 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
 {
     (void)fs;
     struct sqz_inode *in = h->inode;
-    if (h->plain_fd >= 0) {
-        size_t done = 0;
-        while (done < n) {
-            ssize_t r = pread(h->plain_fd, (char *)buf + done, n - done,
-                              (off_t)(off + done));
-            if (r < 0) {
-                if (errno == EINTR)
-                    continue;
-                return done ? (ssize_t)done : -errno;
-            }
-            if (r == 0)
-                break;
-            done += (size_t)r;
-        }
-        return (ssize_t)done;
-    }
+    if (h->plain_fd >= 0)
+        return sqz_pread_full(h->plain_fd, buf, n, off);
     ssize_t r;
     pthread_rwlock_rdlock(&in->io);
     if (in->kind == SQZ_K_CONTAINER && in->sf)

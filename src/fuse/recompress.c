@@ -14,6 +14,7 @@
  * with several hard links (renaming would split them) and (EBUSY) while
  * the file is open as a plain passthrough file. */
 #include "fuse/fs.h"
+#include "common/fullio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -38,20 +39,7 @@ static ssize_t src_read(struct source *s, void *buf, size_t n, uint64_t off)
         return sqz_file_read(s->sf, buf, n, off);
     if (s->ctr)
         return sqz_ctr_pread(s->ctr, buf, n, off);
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = pread(s->plain_fd, (char *)buf + done, n - done,
-                          (off_t)(off + done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            break;
-        done += (size_t)r;
-    }
-    return (ssize_t)done;
+    return sqz_pread_full(s->plain_fd, buf, n, off);
 }
 
 static int all_zero(const unsigned char *p, size_t n)
