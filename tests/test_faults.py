@@ -218,6 +218,80 @@ def test_corruption_is_detected(mount_factory, tmp_path):
     assert vb.returncode == 0, vb.stdout + vb.stderr
 
 
+@pytest.mark.parametrize("spec", ["zstd:1/128K", "lz4/4K"])
+def test_damaged_block_inside_large_reads(mount_factory, tmp_path, spec):
+    """Reads much larger than a block (1 MiB reads, 1 MiB kernel read-ahead)
+    that span a damaged block fail with EIO: never a short read, which FUSE
+    would take for the end of the file (zero-filled pages, a shrunken file).
+    Data around the damage stays readable, also right after such a failure."""
+    backing = tmp_path / "backing"
+    m = mount_factory(backing=backing, options=[f"compress={spec}"])
+    data = text_data(6 << 20, 11)
+    write_fsync(m.path("a"), data)
+    assert m.unmount() == 0
+    bpath = backing / "a"
+    size = bpath.stat().st_size
+    with open(bpath, "r+b") as f:
+        f.seek(size // 2)
+        chunk = f.read(64)
+        f.seek(size // 2)
+        f.write(bytes(x ^ 0xFF for x in chunk))
+
+    m2 = mount_factory(backing=backing, options=[f"compress={spec}"])
+    p = m2.path("a")
+    # 1. The whole file in one go: EIO, not a shorter or zero-filled file.
+    with pytest.raises(OSError) as ei:
+        with open(p, "rb") as f:
+            f.read()
+    assert ei.value.errno == errno.EIO
+    assert os.stat(p).st_size == len(data), "a failed read changed the file size"
+    # 2. Map the damage with 4 KiB reads; everything else reads back exactly.
+    page = 4096
+    bad = []
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        for off in range(0, len(data), page):
+            try:
+                got = os.pread(fd, page, off)
+            except OSError as e:
+                assert e.errno == errno.EIO, f"pread at {off}: {e!r}"
+                bad.append(off)
+                continue
+            assert got == data[off:off + page], f"4K read at {off}: wrong bytes"
+        assert bad, "the damage went unnoticed"
+        lo, hi = bad[0], bad[-1] + page
+        assert lo > 0 and hi < len(data)
+        # 3. 1 MiB reads: those touching [lo, hi) fail with EIO or, as
+        # read(2) may, return the exact bytes before the damage (and the
+        # next read there fails); the others are exact.
+        big = 1 << 20
+        for off in range(0, len(data), big // 2):
+            n = min(big, len(data) - off)
+            if off < hi and off + n > lo:
+                try:
+                    got = os.pread(fd, n, off)
+                except OSError as e:
+                    assert e.errno == errno.EIO, f"1M read at {off}: {e!r}"
+                    continue
+                assert off + len(got) <= lo and got == data[off:off + len(got)], \
+                    f"1M read at {off} over the damage returned {len(got)} wrong bytes"
+                with pytest.raises(OSError) as ei:
+                    os.pread(fd, n - len(got), off + len(got))
+                assert ei.value.errno == errno.EIO
+            else:
+                assert os.pread(fd, n, off) == data[off:off + n], f"1M read at {off}"
+        assert os.fstat(fd).st_size == len(data)
+    finally:
+        os.close(fd)
+    # 4. Sequential reads up to the damage and from just after it.
+    with open(p, "rb") as f:
+        assert f.read(lo) == data[:lo]
+        f.seek(hi)
+        assert f.read() == data[hi:]
+    assert m2.proc.poll() is None
+    assert m2.unmount() == 0
+
+
 def test_sigterm_flushes(mount_factory, tmp_path):
     backing = tmp_path / "backing"
     m = mount_factory(backing=backing)

@@ -85,6 +85,9 @@ int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out);
 /* Commit dirty data, close the container, free. Returns first error. */
 int sqz_file_close(sqz_file *f);
 
+/* Read [off, off + n): returns the bytes read, fewer than n only at the
+ * end of the file, or a negative errno. A damaged block anywhere in the
+ * range fails the whole read (-EIO): never a short read inside the file. */
 ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off);
 ssize_t sqz_file_write(sqz_file *f, const void *buf, size_t n, uint64_t off);
 /* Append at the current end atomically w.r.t. other writers of this file;

@@ -776,10 +776,14 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
                 sqz_cblock_put(blk[w]);
         }
     }
-    if (done > 0 || !err)
+    if (!err)
         readahead_after(f, off, done);
     pthread_rwlock_unlock(&f->lock);
-    if (done == 0 && err)
+    /* A damaged block fails the whole read, even after good blocks: a
+     * short read means end of file to FUSE (the kernel would zero-fill the
+     * rest of its read-ahead pages and shrink the file). The kernel then
+     * retries page by page, so the good blocks stay readable. */
+    if (err)
         return err;
     atomic_fetch_add(&e->st.logical_bytes_read, done);
     return (ssize_t)done;
