@@ -36,6 +36,44 @@ static void reply_new_entry(fuse_req_t req, struct sqz_fs *fs,
         sqz_inode_forget(fs, sqz_inode_of(fs, e.ino), 1);
 }
 
+/* Start creating `name` in directory `parent`: checks the name and the
+ * read-only flag and stats the parent (its set-gid bit and group decide
+ * the new node's group). Returns the parent, or NULL after replying with
+ * the error. */
+static struct sqz_inode *begin_new_entry(fuse_req_t req, struct sqz_fs *fs,
+                                         fuse_ino_t parent, const char *name,
+                                         struct stat *pst)
+{
+    struct sqz_inode *p = sqz_inode_of(fs, parent);
+    int e = check_new_name(fs, name);
+    int rc = e ? -e : sqz_backing_stat(p, pst);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return NULL;
+    }
+    return p;
+}
+
+/* Finish creating `name` in p; rc is the result of making it (0 or
+ * -errno). Gives the node to the caller (root daemon) and replies with its
+ * entry; if that fails the node is removed again (unlinkat with
+ * unlink_flags) and the error is the reply. */
+static void finish_new_entry(fuse_req_t req, struct sqz_fs *fs,
+                             struct sqz_inode *p, const char *name,
+                             const struct stat *pst, int rc, int unlink_flags)
+{
+    if (rc == 0) {
+        rc = sqz_chown_new(fs, req, p->fd, name, pst);
+        if (rc)
+            unlinkat(p->fd, name, unlink_flags);
+    }
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    reply_new_entry(req, fs, p, name);
+}
+
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
@@ -181,45 +219,23 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
                      mode_t mode)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
-    struct sqz_inode *p = sqz_inode_of(fs, parent);
-    int e = check_new_name(fs, name);
-    if (e) {
-        fuse_reply_err(req, e);
-        return;
-    }
     struct stat pst;
-    int rc = sqz_backing_stat(p, &pst);
-    if (rc == 0 && mkdirat(p->fd, name, mode & 07777) != 0)
-        rc = -errno;
-    if (rc) {
-        fuse_reply_err(req, -rc);
+    struct sqz_inode *p = begin_new_entry(req, fs, parent, name, &pst);
+    if (!p)
         return;
-    }
-    rc = sqz_chown_new(fs, req, p->fd, name, &pst);
-    if (rc) {
-        unlinkat(p->fd, name, AT_REMOVEDIR);
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    reply_new_entry(req, fs, p, name);
+    int rc = mkdirat(p->fd, name, mode & 07777) != 0 ? -errno : 0;
+    finish_new_entry(req, fs, p, name, &pst, rc, AT_REMOVEDIR);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
                      mode_t mode, dev_t rdev)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
-    struct sqz_inode *p = sqz_inode_of(fs, parent);
-    int e = check_new_name(fs, name);
-    if (e) {
-        fuse_reply_err(req, e);
-        return;
-    }
     struct stat pst;
-    int rc = sqz_backing_stat(p, &pst);
-    if (rc) {
-        fuse_reply_err(req, -rc);
+    struct sqz_inode *p = begin_new_entry(req, fs, parent, name, &pst);
+    if (!p)
         return;
-    }
+    int rc = 0;
     mode_t type = mode & S_IFMT;
     if (type == S_IFREG) {
         /* A regular file made by mknod is an empty container. */
@@ -276,43 +292,20 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
         fuse_reply_err(req, EINVAL);
         return;
     }
-    if (mknodat(p->fd, name, mode, rdev) != 0) {
-        fuse_reply_err(req, errno);
-        return;
-    }
-    rc = sqz_chown_new(fs, req, p->fd, name, &pst);
-    if (rc) {
-        unlinkat(p->fd, name, 0);
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    reply_new_entry(req, fs, p, name);
+    rc = mknodat(p->fd, name, mode, rdev) != 0 ? -errno : 0;
+    finish_new_entry(req, fs, p, name, &pst, rc, 0);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
                        const char *name)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
-    struct sqz_inode *p = sqz_inode_of(fs, parent);
-    int e = check_new_name(fs, name);
-    if (e) {
-        fuse_reply_err(req, e);
-        return;
-    }
     struct stat pst;
-    int rc = sqz_backing_stat(p, &pst);
-    if (rc == 0 && symlinkat(link, p->fd, name) != 0)
-        rc = -errno;
-    if (rc == 0) {
-        rc = sqz_chown_new(fs, req, p->fd, name, &pst);
-        if (rc)
-            unlinkat(p->fd, name, 0);
-    }
-    if (rc) {
-        fuse_reply_err(req, -rc);
+    struct sqz_inode *p = begin_new_entry(req, fs, parent, name, &pst);
+    if (!p)
         return;
-    }
-    reply_new_entry(req, fs, p, name);
+    int rc = symlinkat(link, p->fd, name) != 0 ? -errno : 0;
+    finish_new_entry(req, fs, p, name, &pst, rc, 0);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
