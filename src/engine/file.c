@@ -83,6 +83,14 @@ struct sqz_file {
     sqz_job *ra_jobs;
     sqz_batch ra_batch;      /* in flight until sqz_pool_done */
 
+    /* Single flight: blocks some thread is decompressing right now (under
+     * a read lock of f->lock), so that a reader racing the read-ahead, or
+     * two readers, wait for one decompression instead of doing it twice. */
+    pthread_mutex_t ld_mu;   /* protects loading/nloading/caploading */
+    pthread_cond_t ld_cv;    /* broadcast when a block leaves loading */
+    uint64_t *loading;
+    size_t nloading, caploading;
+
     sqz_file_link link;      /* engine's open set (files_lock) */
 };
 
@@ -179,6 +187,67 @@ static int load_clean_block(sqz_file *f, uint64_t idx, unsigned char *out)
         return (int)got;
     count_decompress(e, got, stored);
     return 0;
+}
+
+/* ---- single-flight decompression ---- */
+
+/* Claim block idx for decompression. 1: the caller decompresses it and
+ * then calls load_done; 0: another thread is at it (load_wait, then look
+ * in the cache). Without a cache there is nothing to share: always 1. */
+static int load_claim(sqz_file *f, uint64_t idx)
+{
+    if (sqz_cache_capacity(f->e->cache) == 0)
+        return 1;
+    pthread_mutex_lock(&f->ld_mu);
+    for (size_t i = 0; i < f->nloading; i++)
+        if (f->loading[i] == idx) {
+            pthread_mutex_unlock(&f->ld_mu);
+            return 0;
+        }
+    if (f->nloading == f->caploading) {
+        size_t cap = f->caploading ? 2 * f->caploading : 32;
+        uint64_t *nl = realloc(f->loading, cap * sizeof *nl);
+        if (!nl) { /* unrecorded claim: at worst duplicate work */
+            pthread_mutex_unlock(&f->ld_mu);
+            return 1;
+        }
+        f->loading = nl;
+        f->caploading = cap;
+    }
+    f->loading[f->nloading++] = idx;
+    pthread_mutex_unlock(&f->ld_mu);
+    return 1;
+}
+
+/* The claimed block idx is in the cache now, or failed. */
+static void load_done(sqz_file *f, uint64_t idx)
+{
+    if (sqz_cache_capacity(f->e->cache) == 0)
+        return;
+    pthread_mutex_lock(&f->ld_mu);
+    for (size_t i = 0; i < f->nloading; i++)
+        if (f->loading[i] == idx) {
+            f->loading[i] = f->loading[--f->nloading];
+            break;
+        }
+    pthread_cond_broadcast(&f->ld_cv);
+    pthread_mutex_unlock(&f->ld_mu);
+}
+
+/* Wait until nobody is decompressing block idx. Loaders never wait for
+ * anything but the pool, whose jobs never block, so this returns. */
+static void load_wait(sqz_file *f, uint64_t idx)
+{
+    pthread_mutex_lock(&f->ld_mu);
+    for (;;) {
+        size_t i = 0;
+        while (i < f->nloading && f->loading[i] != idx)
+            i++;
+        if (i == f->nloading)
+            break;
+        pthread_cond_wait(&f->ld_cv, &f->ld_mu);
+    }
+    pthread_mutex_unlock(&f->ld_mu);
 }
 
 /* ---- in-flight (background) compression ---- */
@@ -549,6 +618,17 @@ int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out)
         pthread_rwlock_destroy(&f->lock);
         goto fail;
     }
+    if ((rc = -pthread_mutex_init(&f->ld_mu, NULL)) < 0) {
+        pthread_mutex_destroy(&f->ra_mu);
+        pthread_rwlock_destroy(&f->lock);
+        goto fail;
+    }
+    if ((rc = -pthread_cond_init(&f->ld_cv, NULL)) < 0) {
+        pthread_mutex_destroy(&f->ld_mu);
+        pthread_mutex_destroy(&f->ra_mu);
+        pthread_rwlock_destroy(&f->lock);
+        goto fail;
+    }
     f->link.file = f;
     sqz_engine_attach(e, &f->link);
     *out = f;
@@ -585,6 +665,9 @@ int sqz_file_close(sqz_file *f)
 
     sqz_cache_drop_file(e->cache, f->fid, 0);
     int rc2 = sqz_ctr_close(f->c);
+    pthread_cond_destroy(&f->ld_cv);
+    pthread_mutex_destroy(&f->ld_mu);
+    free(f->loading);
     pthread_mutex_destroy(&f->ra_mu);
     pthread_rwlock_destroy(&f->lock);
     free(f->dirty);
@@ -609,8 +692,12 @@ static void ra_job(void *arg)
     if (a->idx < nblocks_of(f, f->length) && !dirty_find(f, a->idx) &&
         !inflight_find(f, a->idx) &&
         (a->idx << f->log2bs) < f->committed_len &&
-        !sqz_cache_contains(e->cache, f->fid, a->idx)) {
-        sqz_cblock *b = sqz_cblock_new(f->bs, 0);
+        !sqz_cache_contains(e->cache, f->fid, a->idx) &&
+        load_claim(f, a->idx)) {
+        sqz_cblock *b = NULL;
+        /* re-check: a reader may have finished it since */
+        if (!sqz_cache_contains(e->cache, f->fid, a->idx))
+            b = sqz_cblock_new(f->bs, 0);
         if (b) {
             size_t stored = 0;
             ssize_t got = sqz_ctr_read_block(f->c, a->idx, b->data, &stored);
@@ -622,6 +709,7 @@ static void ra_job(void *arg)
             }
             sqz_cblock_put(b);
         }
+        load_done(f, a->idx);
     }
     pthread_rwlock_unlock(&f->lock);
 }
@@ -677,6 +765,7 @@ typedef struct miss {
     sqz_cblock *b;
     ssize_t rc;
     size_t stored;
+    size_t w;       /* position in the window */
 } miss;
 
 static void miss_job(void *arg)
@@ -686,6 +775,28 @@ static void miss_job(void *arg)
 }
 
 #define READ_WINDOW 16 /* blocks resolved (and decompressed) together */
+
+/* Decompress block idx here and cache it; NULL with *rc < 0 on failure. */
+static sqz_cblock *load_block_here(sqz_file *f, uint64_t idx, int *rc)
+{
+    sqz_cblock *b = sqz_cblock_new(f->bs, 0);
+    if (!b) {
+        *rc = -ENOMEM;
+        return NULL;
+    }
+    size_t stored = 0;
+    ssize_t got = sqz_ctr_read_block(f->c, idx, b->data, &stored);
+    if (got < 0) {
+        *rc = (int)got;
+        sqz_cblock_put(b);
+        return NULL;
+    }
+    count_decompress(f->e, got, stored);
+    b->fid = f->fid;
+    b->idx = idx;
+    sqz_cache_insert(f->e->cache, b);
+    return b;
+}
 
 ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
 {
@@ -704,12 +815,15 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
     size_t done = 0;
     int err = 0;
     while (done < n && !err) {
-        /* Resolve a window of blocks: dirty / cached / to decompress. */
+        /* Resolve a window of blocks: dirty / cached / being decompressed
+         * by another thread (waited for) / to decompress here. */
         sqz_cblock *blk[READ_WINDOW];
         int owned[READ_WINDOW]; /* 1: our reference to put */
+        int wrc[READ_WINDOW];   /* 0 or the block's error */
+        int theirs[READ_WINDOW];/* 1: another thread was decompressing it */
         miss ms[READ_WINDOW];
         sqz_job jobs[READ_WINDOW];
-        size_t nmiss = 0, nw = 0;
+        size_t nmiss = 0, nw = 0, ntheirs = 0;
         uint64_t first = (off + done) >> f->log2bs;
         uint64_t last = (off + n - 1) >> f->log2bs;
         for (uint64_t idx = first; idx <= last && nw < READ_WINDOW; idx++) {
@@ -717,26 +831,34 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
             if (!b)
                 b = inflight_find(f, idx);
             owned[nw] = 0;
+            wrc[nw] = 0;
+            theirs[nw] = 0;
             if (!b && (idx << f->log2bs) < f->committed_len) {
                 b = sqz_cache_get(e->cache, f->fid, idx);
                 if (b) {
                     atomic_fetch_add(&e->st.cache_hits, 1);
+                    owned[nw] = 1;
+                } else if (!load_claim(f, idx)) {
+                    atomic_fetch_add(&e->st.cache_misses, 1);
+                    theirs[nw] = 1;
+                    ntheirs++;
                 } else {
                     atomic_fetch_add(&e->st.cache_misses, 1);
                     b = sqz_cblock_new(f->bs, 0);
                     if (!b) {
+                        load_done(f, idx);
                         err = -ENOMEM;
                         break;
                     }
                     b->fid = f->fid;
                     b->idx = idx;
-                    ms[nmiss] = (miss){.f = f, .idx = idx, .b = b};
+                    ms[nmiss] = (miss){.f = f, .idx = idx, .b = b, .w = nw};
                     jobs[nmiss] = (sqz_job){.fn = miss_job, .arg = &ms[nmiss]};
                     nmiss++;
+                    owned[nw] = 1;
                 }
-                owned[nw] = 1;
             }
-            blk[nw++] = b; /* NULL: a hole past the committed end */
+            blk[nw++] = b; /* NULL: a hole past the committed end, or theirs */
         }
         if (nmiss == 1) {
             miss_job(&ms[0]);
@@ -749,17 +871,28 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
             if (ms[i].rc >= 0) {
                 count_decompress(e, ms[i].rc, ms[i].stored);
                 sqz_cache_insert(e->cache, ms[i].b);
+            } else {
+                wrc[ms[i].w] = (int)ms[i].rc;
             }
+            load_done(f, ms[i].idx);
+        }
+        /* Blocks another thread was decompressing: wait, then take them
+         * from the cache (or, if that failed or was evicted, load here). */
+        for (size_t w = 0; ntheirs > 0 && w < nw; w++) {
+            if (!theirs[w])
+                continue;
+            uint64_t idx = first + w;
+            load_wait(f, idx);
+            sqz_cblock *b = sqz_cache_get(e->cache, f->fid, idx);
+            if (!b)
+                b = load_block_here(f, idx, &wrc[w]);
+            blk[w] = b;
+            owned[w] = b != NULL;
         }
         /* Copy out in order, stopping at the first damaged block. */
-        size_t mi = 0;
         for (size_t w = 0; w < nw; w++) {
-            uint64_t idx = first + w;
-            if (mi < nmiss && ms[mi].idx == idx) {
-                if (ms[mi].rc < 0 && !err)
-                    err = (int)ms[mi].rc;
-                mi++;
-            }
+            if (wrc[w] < 0 && !err)
+                err = wrc[w];
             if (!err) {
                 uint64_t pos = off + done;
                 size_t boff = (size_t)(pos & (f->bs - 1));
