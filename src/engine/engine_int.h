@@ -10,6 +10,11 @@
  *    references are gone.
  *  - sqz_file.ra_mu (mutex): the file's read-ahead state; taken after
  *    sqz_file.lock (shared), before the pool mutex.
+ *  - sqz_file.ld_mu (mutex) + ld_cv: the set of blocks being decompressed
+ *    (single flight). A leaf: held only to scan/update the set, never
+ *    during decompression. Threads wait on ld_cv only while holding
+ *    file.lock shared, for a loader that also holds it shared and waits
+ *    for nothing but pool jobs, which never block: no cycle.
  *  - the pool mutex (pool.h) and the cache mutex (cache.h) are leaves.
  * Full order: file.lock -> ra_mu -> container lock -> cache_lock / pool.mu,
  * and file.lock -> files_lock. Read-ahead jobs on the pool only try-lock
