@@ -191,12 +191,19 @@ static int load_clean_block(sqz_file *f, uint64_t idx, unsigned char *out)
 
 /* ---- single-flight decompression ---- */
 
+/* Single flight needs a cache that can hold a block (both are constant). */
+static int load_shared(const sqz_file *f)
+{
+    return sqz_cache_capacity(f->e->cache) >= f->bs;
+}
+
 /* Claim block idx for decompression. 1: the caller decompresses it and
  * then calls load_done; 0: another thread is at it (load_wait, then look
- * in the cache). Without a cache there is nothing to share: always 1. */
+ * in the cache). Without a cache that can keep the block there is nothing
+ * to share: always 1. */
 static int load_claim(sqz_file *f, uint64_t idx)
 {
-    if (sqz_cache_capacity(f->e->cache) == 0)
+    if (!load_shared(f))
         return 1;
     pthread_mutex_lock(&f->ld_mu);
     for (size_t i = 0; i < f->nloading; i++)
@@ -222,7 +229,7 @@ static int load_claim(sqz_file *f, uint64_t idx)
 /* The claimed block idx is in the cache now, or failed. */
 static void load_done(sqz_file *f, uint64_t idx)
 {
-    if (sqz_cache_capacity(f->e->cache) == 0)
+    if (!load_shared(f))
         return;
     pthread_mutex_lock(&f->ld_mu);
     for (size_t i = 0; i < f->nloading; i++)
@@ -842,6 +849,11 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
                     atomic_fetch_add(&e->st.cache_misses, 1);
                     theirs[nw] = 1;
                     ntheirs++;
+                } else if ((b = sqz_cache_get(e->cache, f->fid, idx))) {
+                    /* finished by another thread since the first look */
+                    load_done(f, idx);
+                    atomic_fetch_add(&e->st.cache_hits, 1);
+                    owned[nw] = 1;
                 } else {
                     atomic_fetch_add(&e->st.cache_misses, 1);
                     b = sqz_cblock_new(f->bs, 0);

@@ -125,6 +125,7 @@ struct sqz_fs {
     char *mnt_real;             /* realpath of MOUNTPOINT, or NULL */
     atomic_int readahead_done;  /* the first open set the kernel's
                                    read-ahead window (mount.c) */
+    pthread_mutex_t readahead_mu; /* serialises that first attempt */
 
     pthread_mutex_t itable_lock;
     struct sqz_inode **buckets;

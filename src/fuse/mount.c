@@ -96,15 +96,22 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 
 void sqz_fs_tune_readahead(struct sqz_fs *fs)
 {
-    if (atomic_load_explicit(&fs->readahead_done, memory_order_relaxed) ||
-        atomic_exchange(&fs->readahead_done, 1))
+    if (atomic_load_explicit(&fs->readahead_done, memory_order_acquire))
         return;
-    if (fs->opts.readahead_bytes == 0 || !fs->mnt_real)
-        return;
-    int rc = sqz_set_mount_readahead(fs->mnt_real, fs->opts.readahead_bytes);
-    if (rc < 0)
-        sqz_logf(2, "readahead=%zuK not applied (kernel default kept): %s",
-                 fs->opts.readahead_bytes / 1024, strerror(-rc));
+    /* Concurrent first opens wait here until the window is set: a file
+     * opened before it would keep the old window for its whole life. */
+    pthread_mutex_lock(&fs->readahead_mu);
+    if (!atomic_load_explicit(&fs->readahead_done, memory_order_relaxed)) {
+        if (fs->opts.readahead_bytes != 0 && fs->mnt_real) {
+            int rc = sqz_set_mount_readahead(fs->mnt_real,
+                                             fs->opts.readahead_bytes);
+            if (rc < 0)
+                sqz_logf(2, "readahead=%zuK not applied (kernel default kept): %s",
+                         fs->opts.readahead_bytes / 1024, strerror(-rc));
+        }
+        atomic_store_explicit(&fs->readahead_done, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&fs->readahead_mu);
 }
 
 static int g_destroy_rc; /* written once by op_destroy, read after the loop */
@@ -303,6 +310,7 @@ int sqz_mount_main(int argc, char **argv)
      * malloc lock is not a bottleneck next to (de)compression. */
     mallopt(M_ARENA_MAX, 1);
     memset(fs, 0, sizeof(*fs));
+    pthread_mutex_init(&fs->readahead_mu, NULL); /* cannot fail (defaults) */
     fs->root_dirfd = -1;
     sqz_mount_opts_init(&fs->opts);
     struct cmdline cl;

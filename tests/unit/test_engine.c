@@ -807,6 +807,24 @@ static void test_readahead_no_double_work(void)
         CHECK_EQ_INT(st.blocks_decompressed, nb);
         sqz_engine_free(e);
     }
+    /* A cache too small to hold a block: nothing is shared (no waiting
+     * for a block that cannot be kept), reads stay exact. */
+    {
+        sqz_engine_opts o = {.threads = 2, .readahead_blocks = 4,
+                             .cache_bytes = bs / 2};
+        sqz_engine *e;
+        REQUIRE(sqz_engine_new(&o, &e) == 0);
+        sqz_file *f = open_file(e, path);
+        for (uint64_t off = 0; off < nb * bs; off += 3 * bs) {
+            size_t n = 3 * bs;
+            if (n > nb * bs - off)
+                n = (size_t)(nb * bs - off);
+            CHECK_EQ_INT(sqz_file_read(f, buf, n, off), n);
+            CHECK(memcmp(buf, data + off, n) == 0);
+        }
+        CHECK_EQ_INT(sqz_file_close(f), 0);
+        sqz_engine_free(e);
+    }
     free(buf);
     free(data);
     unlink(path);
