@@ -78,6 +78,21 @@ def damage_a_block(path, n=64):
     raise AssertionError(f"no position in {path} hit a data block")
 
 
+def map_damage(fd, data, step):
+    """pread fd in step-sized pieces: each fails with EIO or returns exactly
+    the expected bytes. Returns the offsets of the pieces that failed."""
+    bad = []
+    for off in range(0, len(data), step):
+        try:
+            got = os.pread(fd, step, off)
+        except OSError as e:
+            assert e.errno == errno.EIO, f"read at {off}: {e!r} (want EIO)"
+            bad.append(off)
+            continue
+        assert got == data[off:off + step], f"read at {off} returned wrong data, not EIO"
+    return bad
+
+
 def need_root():
     if os.geteuid() != 0:
         pytest.skip("needs root")
@@ -217,20 +232,12 @@ def test_corruption_is_detected(mount_factory, tmp_path):
 
     m2 = mount_factory(backing=backing)
     bs = 128 << 10
-    bad, good = [], 0
     fd = os.open(m2.path("a"), os.O_RDONLY)
     try:
-        for off in range(0, len(data_a), bs):
-            try:
-                got = os.pread(fd, bs, off)
-            except OSError as e:
-                assert e.errno == errno.EIO, f"read at {off}: {e!r} (want EIO)"
-                bad.append(off)
-                continue
-            assert got == data_a[off:off + bs], f"read at {off} returned wrong data, not EIO"
-            good += 1
+        bad = map_damage(fd, data_a, bs)
     finally:
         os.close(fd)
+    good = -(-len(data_a) // bs) - len(bad)
     assert bad, "64 flipped bytes in the middle of a container went unnoticed"
     assert good > 0, "one damaged block made the whole file unreadable"
     assert open(m2.path("b"), "rb").read() == data_b
@@ -268,17 +275,9 @@ def test_damaged_block_inside_large_reads(mount_factory, tmp_path, spec):
     assert os.stat(p).st_size == len(data), "a failed read changed the file size"
     # 2. Map the damage with 4 KiB reads; everything else reads back exactly.
     page = 4096
-    bad = []
     fd = os.open(p, os.O_RDONLY)
     try:
-        for off in range(0, len(data), page):
-            try:
-                got = os.pread(fd, page, off)
-            except OSError as e:
-                assert e.errno == errno.EIO, f"pread at {off}: {e!r}"
-                bad.append(off)
-                continue
-            assert got == data[off:off + page], f"4K read at {off}: wrong bytes"
+        bad = map_damage(fd, data, page)
         assert bad, "the damage went unnoticed"
         lo, hi = bad[0], bad[-1] + page
         assert lo > 0 and hi < len(data)
