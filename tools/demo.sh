@@ -2,7 +2,7 @@
 # squeezefs demo: install dependencies, build, mount a demo BACKING dir,
 # copy sample data (TAQ-like CSV, logs) in and show what it costs on disk.
 #
-# Usage: sudo tools/demo.sh [--keep] [DIR]
+# Usage: tools/demo.sh [--keep] [DIR]
 #   DIR     where the demo lives (default /tmp/squeezefs-demo): DIR/backing,
 #           DIR/mnt, DIR/src (the sample data)
 #   --keep  leave it mounted (prints how to unmount)
@@ -22,8 +22,15 @@ for a in "$@"; do
 done
 DIR=${DIR:-/tmp/squeezefs-demo}
 
-if [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
-    exec sudo -n -E env "PATH=$PATH" bash "$0" "$@"
+# Root is needed (apt-get, FUSE mounts). Root runs it as it is; a user with
+# sudo is re-run through sudo (asking for the password on a terminal).
+if [[ $(id -u) -ne 0 ]] && command -v sudo >/dev/null 2>&1; then
+    if sudo -n true 2>/dev/null; then
+        exec sudo -n -E env "PATH=$PATH" bash "$0" "$@"
+    elif [[ -t 0 ]]; then
+        echo "demo.sh: re-running as root with sudo" >&2
+        exec sudo -E env "PATH=$PATH" bash "$0" "$@"
+    fi
 fi
 
 step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }

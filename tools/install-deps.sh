@@ -5,7 +5,7 @@
 # python3 found on PATH (which may be pyenv's rather than Debian's).
 # Also makes sure /dev/fuse exists and fusectl is mounted.
 #
-# Usage: sudo tools/install-deps.sh
+# Usage: tools/install-deps.sh (as root, or a user with sudo)
 set -euo pipefail
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }

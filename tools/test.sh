@@ -38,6 +38,9 @@ if [[ $(id -u) -ne 0 ]]; then
     if command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then
         echo "test.sh: re-running as root with sudo" >&2
         exec sudo -n -E env "PATH=$PATH" bash "$0" "$@"
+    elif command -v sudo >/dev/null 2>&1 && [[ -t 0 ]]; then
+        echo "test.sh: re-running as root with sudo" >&2
+        exec sudo -E env "PATH=$PATH" bash "$0" "$@"
     fi
     echo "test.sh: warning: not root and no passwordless sudo; root-only tests will skip or fail" >&2
 fi
