@@ -157,6 +157,36 @@ int sqz_ctr_commit(sqz_ctr *c, sqz_prepared *blocks, size_t n,
  * write a checkpoint (amortised) and reclaim dead space. */
 int sqz_ctr_sync(sqz_ctr *c, int datasync);
 
+/* Batched durability (a daemon marking many closed files with one flush of
+ * the whole file system). sqz_ctr_mark_begin takes a ticket for the log as
+ * committed now: 1 (a mark is due), 0 (nothing new since the last mark),
+ * or a negative errno. The caller then makes the backing file durable up to
+ * at least that point by its own means (fdatasync of sqz_ctr_fd, or
+ * syncfs of the file system holding it) and calls sqz_ctr_mark_end, which
+ * writes the durable mark (one 512-byte anchor write, not flushed: the
+ * caller's next flush makes the mark itself durable). The mark is skipped
+ * if the container was synced, checkpointed or committed to in between.
+ * sqz_ctr_unmarked: 1 if commits exist beyond the durable mark. */
+typedef struct sqz_mark_ticket {
+    uint64_t end;   /* 0: nothing to mark */
+    uint64_t seq;
+} sqz_mark_ticket;
+int sqz_ctr_mark_begin(sqz_ctr *c, sqz_mark_ticket *t);
+int sqz_ctr_mark_end(sqz_ctr *c, const sqz_mark_ticket *t);
+int sqz_ctr_unmarked(sqz_ctr *c);
+
+/* What a clean close or unmount needs for a file that could not be opened
+ * (damaged header or index): the logical length recorded with its newest
+ * durable mark (the anchors' length extension), read without trusting the
+ * header. 0 and *length, or -ENODATA if no anchor slot records one. */
+int sqz_ctr_marked_length_fd(int fd, uint64_t *length);
+
+/* The figures verify reports besides problems (after sqz_ctr_verify):
+ * bytes after the last valid commit (an uncommitted or torn tail left by a
+ * crash: not damage to synced data, but data that was never made durable
+ * or was lost). */
+uint64_t sqz_ctr_tail_bytes(sqz_ctr *c);
+
 /* ---- byte level (CLI, tests; simple, not for the hot path) ---- */
 /* Read up to n bytes at off; returns bytes read (0 at/after EOF) or -errno. */
 ssize_t sqz_ctr_pread(sqz_ctr *c, void *buf, size_t n, uint64_t off);
@@ -178,6 +208,16 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user);
 /* Verify by fd without a prior successful open (reports a header/index
  * error as a problem instead of failing). Does not take ownership. */
 int sqz_verify_fd(int fd, const char *label, sqz_report_fn report, void *user);
+/* The same, also giving what is not damage but not clean either: the
+ * uncommitted tail (sqz_ctr_tail_bytes) and warnings (a damaged anchor
+ * slot next to a valid one), both also named through report. 0 when the
+ * file could not be opened. */
+typedef struct sqz_verify_extra {
+    uint64_t tail_bytes;
+    unsigned warnings;
+} sqz_verify_extra;
+int sqz_verify_fd_ex(int fd, const char *label, sqz_report_fn report,
+                     void *user, sqz_verify_extra *ex);
 
 #ifdef __cplusplus
 }

@@ -1,22 +1,75 @@
-/* verify [-v] PATH...: check every container under the paths (checksums,
- * decompression, index) and name each damaged file and block. */
+/* verify [-v] [--json] PATH...: check every container under the paths
+ * (header, anchors, index, every block's checksum and decompression) and
+ * name each damaged file and block, and every uncommitted tail.
+ * Exit status: 0 clean, 1 damaged (or unreadable), 3 no damage but an
+ * uncommitted tail (bytes after the last valid commit: left by a crash
+ * before the data was synced, or damage that cannot be told apart from
+ * that) or a warning (a damaged anchor slot next to a valid one) in at
+ * least one file, 2 usage. */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli.h"
 
+#define VERIFY_TAIL 3
+
 typedef struct verify_ctx {
-    bool verbose;
-    unsigned long checked, damaged, skipped, errors;
+    bool verbose, json;
+    unsigned long checked, damaged, tails, skipped, errors;
     const char *current;
+    json_w jw;
+    /* problems of the current file (JSON mode) */
+    char **msgs;
+    size_t nmsgs, capmsgs;
 } verify_ctx;
 
 static void report(void *user, const char *msg)
 {
     verify_ctx *x = user;
-    printf("%s: %s\n", x->current, msg);
+    if (!x->json) {
+        printf("%s: %s\n", x->current, msg);
+        return;
+    }
+    if (x->nmsgs == x->capmsgs) {
+        size_t nc = x->capmsgs ? 2 * x->capmsgs : 8;
+        char **nv = realloc(x->msgs, nc * sizeof(*nv));
+        if (!nv)
+            return;
+        x->msgs = nv;
+        x->capmsgs = nc;
+    }
+    char *d = strdup(msg);
+    if (d)
+        x->msgs[x->nmsgs++] = d;
+}
+
+static void json_file(verify_ctx *x, const char *path, const char *status,
+                      uint64_t tail, const char *error)
+{
+    json_begin_obj(&x->jw);
+    json_key(&x->jw, "path");
+    json_str(&x->jw, path);
+    json_key(&x->jw, "status");
+    json_str(&x->jw, status);
+    json_key(&x->jw, "problems");
+    json_begin_arr(&x->jw);
+    for (size_t i = 0; i < x->nmsgs; i++)
+        json_str(&x->jw, x->msgs[i]);
+    json_end_arr(&x->jw);
+    json_key(&x->jw, "uncommitted_tail_bytes");
+    json_u64(&x->jw, tail);
+    if (error) {
+        json_key(&x->jw, "error");
+        json_str(&x->jw, error);
+    }
+    json_end_obj(&x->jw);
+    for (size_t i = 0; i < x->nmsgs; i++)
+        free(x->msgs[i]);
+    x->nmsgs = 0;
 }
 
 static int verify_file(void *user, const char *path, const char *rel,
@@ -28,13 +81,18 @@ static int verify_file(void *user, const char *path, const char *rel,
         return 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        cli_err("%s: %s", path, strerror(errno));
+        int e = errno;
+        cli_err("%s: %s", path, strerror(e));
+        if (x->json)
+            json_file(x, path, "error", 0, strerror(e));
         x->errors++;
         return 0;
     }
     int pr = sqz_ctr_probe_fd(fd);
     if (pr == 0) {
-        if (x->verbose)
+        if (x->json && x->verbose)
+            json_file(x, path, "skipped", 0, NULL);
+        else if (x->verbose)
             printf("%s: skipped (not a container)\n", path);
         x->skipped++;
         close(fd);
@@ -42,23 +100,45 @@ static int verify_file(void *user, const char *path, const char *rel,
     }
     if (pr < 0 && pr != -EBADMSG) { /* -EBADMSG: damaged header, verify it */
         cli_err("%s: %s", path, strerror(-pr));
+        if (x->json)
+            json_file(x, path, "error", 0, strerror(-pr));
         x->errors++;
         close(fd);
         return 0;
     }
     x->current = path;
-    int n = sqz_verify_fd(fd, path, report, x);
+    sqz_verify_extra ex;
+    int n = sqz_verify_fd_ex(fd, path, report, x, &ex);
+    uint64_t tail = ex.tail_bytes;
     close(fd);
     x->checked++;
+    const char *status = "ok";
     if (n < 0) {
-        printf("%s: cannot be read: %s\n", path, strerror(-n));
+        if (!x->json)
+            printf("%s: cannot be read: %s\n", path, strerror(-n));
+        status = "damaged";
         x->damaged++;
     } else if (n > 0) {
-        printf("%s: DAMAGED (%d problem%s)\n", path, n, n == 1 ? "" : "s");
+        if (!x->json)
+            printf("%s: DAMAGED (%d problem%s)\n", path, n, n == 1 ? "" : "s");
+        status = "damaged";
         x->damaged++;
-    } else if (x->verbose) {
-        printf("%s: ok\n", path);
+    } else if (tail > 0) {
+        status = "tail";
+        x->tails++;
+    } else if (ex.warnings > 0) {
+        status = "warning";
+        x->tails++;
     }
+    if (tail > 0 && !x->json)
+        printf("%s: uncommitted tail, %" PRIu64 " bytes (after the last valid "
+               "commit: a crash before the data was synced, or damage that "
+               "cannot be told from one; removed at the next write)\n",
+               path, tail);
+    if (x->json)
+        json_file(x, path, status, tail, n < 0 ? strerror(-n) : NULL);
+    else if (x->verbose && n == 0 && tail == 0 && ex.warnings == 0)
+        printf("%s: ok\n", path);
     fflush(stdout);
     return 0;
 }
@@ -74,19 +154,28 @@ int cmd_verify(int argc, char **argv)
 {
     verify_ctx x = {0};
     int first = 1;
+    bool bad = false;
     for (; first < argc && argv[first][0] == '-'; first++) {
         if (!strcmp(argv[first], "-v") || !strcmp(argv[first], "--verbose")) {
             x.verbose = true;
+        } else if (!strcmp(argv[first], "--json")) {
+            x.json = true;
         } else {
             cli_err("unknown option '%s'", argv[first]);
-            first = argc;
+            bad = true;
         }
     }
-    if (first >= argc) {
-        fprintf(stderr, "usage: squeezefs verify [-v] PATH...\n");
+    if (bad || first >= argc) {
+        fprintf(stderr, "usage: squeezefs verify [-v] [--json] PATH...\n");
         return CLI_USAGE;
     }
     sqz_set_log(quiet_log, NULL);
+    if (x.json) {
+        json_init(&x.jw, stdout, true);
+        json_begin_obj(&x.jw);
+        json_key(&x.jw, "files");
+        json_begin_arr(&x.jw);
+    }
     for (int i = first; i < argc; i++) {
         int r = tree_walk(argv[i], verify_file, NULL, &x);
         if (r < 0) {
@@ -94,10 +183,34 @@ int cmd_verify(int argc, char **argv)
             x.errors++;
         }
     }
-    printf("%lu file%s checked, %lu damaged", x.checked, x.checked == 1 ? "" : "s",
-           x.damaged);
-    if (x.skipped)
-        printf(", %lu not containers (skipped)", x.skipped);
-    printf("\n");
-    return (x.damaged || x.errors) ? CLI_FAIL : CLI_OK;
+    int rc = (x.damaged || x.errors) ? CLI_FAIL
+             : x.tails                 ? VERIFY_TAIL
+                                       : CLI_OK;
+    if (x.json) {
+        json_end_arr(&x.jw);
+        json_key(&x.jw, "checked");
+        json_u64(&x.jw, x.checked);
+        json_key(&x.jw, "damaged");
+        json_u64(&x.jw, x.damaged);
+        json_key(&x.jw, "uncommitted_tails");
+        json_u64(&x.jw, x.tails);
+        json_key(&x.jw, "skipped");
+        json_u64(&x.jw, x.skipped);
+        json_key(&x.jw, "errors");
+        json_u64(&x.jw, x.errors);
+        json_key(&x.jw, "exit_status");
+        json_i64(&x.jw, rc);
+        json_end_obj(&x.jw);
+        printf("\n");
+    } else {
+        printf("%lu file%s checked, %lu damaged", x.checked,
+               x.checked == 1 ? "" : "s", x.damaged);
+        if (x.tails)
+            printf(", %lu with an uncommitted tail or a warning", x.tails);
+        if (x.skipped)
+            printf(", %lu not containers (skipped)", x.skipped);
+        printf("\n");
+    }
+    free(x.msgs);
+    return rc;
 }

@@ -18,7 +18,7 @@ static const command commands[] = {
     {"unpack", cmd_unpack, "unpack SRC DST"},
     {"cat", cmd_cat, "cat FILE..."},
     {"stat", cmd_stat, "stat [--json] PATH..."},
-    {"verify", cmd_verify, "verify [-v] PATH..."},
+    {"verify", cmd_verify, "verify [-v] [--json] PATH..."},
     {"stats", cmd_stats, "stats [--json] MOUNTPOINT"},
     {"policy", cmd_policy,
      "policy set PATH SPEC | unset PATH | get PATH | check FILE | "

@@ -84,6 +84,11 @@ int sqz_engine_flush_all(sqz_engine *e);
 int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out);
 /* Commit dirty data, close the container, free. Returns first error. */
 int sqz_file_close(sqz_file *f);
+/* The same, but on success the container is not closed: it is handed to
+ * the caller in *keep (everything committed; the caller closes it, e.g.
+ * after marking it durable in the background). On error *keep is NULL and
+ * the container was closed. */
+int sqz_file_close_keep(sqz_file *f, sqz_ctr **keep);
 
 /* Read [off, off + n): returns the bytes read, fewer than n only at the
  * end of the file, or a negative errno. A damaged block anywhere in the

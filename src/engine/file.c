@@ -648,7 +648,22 @@ fail:
     return rc;
 }
 
+static int file_close(sqz_file *f, sqz_ctr **keep);
+
 int sqz_file_close(sqz_file *f)
+{
+    return file_close(f, NULL);
+}
+
+int sqz_file_close_keep(sqz_file *f, sqz_ctr **keep)
+{
+    *keep = NULL;
+    return file_close(f, keep);
+}
+
+/* Commit everything, free the file; the container is closed, or handed to
+ * *keep (if not NULL) when everything was committed. */
+static int file_close(sqz_file *f, sqz_ctr **keep)
 {
     if (!f)
         return 0;
@@ -671,7 +686,11 @@ int sqz_file_close(sqz_file *f)
     pthread_rwlock_unlock(&f->lock);
 
     sqz_cache_drop_file(e->cache, f->fid, 0);
-    int rc2 = sqz_ctr_close(f->c);
+    int rc2 = 0;
+    if (keep && rc == 0)
+        *keep = f->c;
+    else
+        rc2 = sqz_ctr_close(f->c);
     pthread_cond_destroy(&f->ld_cv);
     pthread_mutex_destroy(&f->ld_mu);
     free(f->loading);

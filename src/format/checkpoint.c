@@ -101,6 +101,11 @@ static int write_anchor(sqz_ctr *c, uint64_t seq, uint64_t durable_end)
     unsigned slot = (unsigned)(seq & 1);
     uint8_t sector[512] = {0};
     sqz_anchor_encode(&a, slot, c->hdr.file_id, sector);
+    /* every anchor is written for the current end of the log: the length
+     * and transaction there make the file's length survive damage to its
+     * last commit or checkpoint */
+    if (durable_end == c->end)
+        sqz_anchor_ext_encode(sector, c->st.length, c->st.txn);
     return c->io.pwrite(c->io.ctx, c->fd, sector, sizeof sector,
                         SQZ_ANCHOR_OFF(slot));
 }
@@ -207,3 +212,46 @@ int sqz_ctr_sync(sqz_ctr *c, int datasync)
     pthread_rwlock_unlock(&c->lock);
     return r;
 }
+
+int sqz_ctr_unmarked(sqz_ctr *c)
+{
+    pthread_rwlock_rdlock(&c->lock);
+    int u = c->writable && !c->broken && c->end != c->marked_end;
+    pthread_rwlock_unlock(&c->lock);
+    return u;
+}
+
+int sqz_ctr_mark_begin(sqz_ctr *c, sqz_mark_ticket *t)
+{
+    memset(t, 0, sizeof *t);
+    pthread_rwlock_rdlock(&c->lock);
+    int r = 0;
+    if (c->broken)
+        r = -EIO;
+    else if (c->writable && c->end != c->marked_end) {
+        t->end = c->end;
+        t->seq = c->st.anchor_seq;
+        r = 1;
+    }
+    pthread_rwlock_unlock(&c->lock);
+    return r;
+}
+
+int sqz_ctr_mark_end(sqz_ctr *c, const sqz_mark_ticket *t)
+{
+    if (t->end == 0)
+        return 0;
+    pthread_rwlock_wrlock(&c->lock);
+    int r = 0;
+    /* Only for the state the ticket saw: another anchor written since (a
+     * sync or checkpoint of a new user) was not covered by the caller's
+     * flush, and a later commit's length is not the length at t->end. */
+    if (c->broken)
+        r = -EIO;
+    else if (c->st.anchor_seq == t->seq && c->end == t->end &&
+             c->marked_end != t->end)
+        r = mark_durable(c);
+    pthread_rwlock_unlock(&c->lock);
+    return r;
+}
+

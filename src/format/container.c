@@ -80,7 +80,9 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
     c->end = c->st.valid_end;
     c->marked_end = c->st.durable_end;
     c->since_ckpt = c->end - c->st.ckpt_end;
+    c->file_size = fsize;
     if (c->writable && fsize > c->end) {
+        c->file_size = c->end;
         sqz_logf(1, "%s: discarding %llu bytes of torn/uncommitted tail",
                  c->label, (unsigned long long)(fsize - c->end));
         if ((r = io->truncate(io->ctx, fd, c->end)) < 0 ||
@@ -271,4 +273,32 @@ int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st)
     st->dead_bytes = c->st.dead_bytes;
     pthread_rwlock_unlock(&c->lock);
     return r;
+}
+
+int sqz_ctr_marked_length_fd(int fd, uint64_t *length)
+{
+    int found = 0;
+    uint64_t best_end = 0;
+    for (unsigned s = 0; s < 2; s++) {
+        uint8_t b[SQZ_ANCHOR_READ];
+        ssize_t r = sqz_io_syscalls.pread(NULL, fd, b, sizeof b,
+                                          SQZ_ANCHOR_OFF(s));
+        if (r < 0)
+            return (int)r;
+        if ((size_t)r != sizeof b)
+            break;
+        /* the header may be the damaged part: take the slot's own file id
+         * (the extension's checksum chains the whole anchor) */
+        sqz_anchor a;
+        uint64_t len, txn;
+        if (sqz_anchor_decode(b, s, sqz_get64(b + 8), &a) != 1 ||
+            sqz_anchor_ext_decode(b, &len, &txn) != 1)
+            continue;
+        if (!found || a.durable_end > best_end) {
+            found = 1;
+            best_end = a.durable_end;
+            *length = len;
+        }
+    }
+    return found ? 0 : -ENODATA;
 }

@@ -18,6 +18,11 @@
 #define SQZ_HDR_SIZE 64u          /* used bytes of sector 0 */
 #define SQZ_ANCHOR_SIZE 56u
 #define SQZ_ANCHOR_OFF(slot) (512u + 512u * (unsigned)(slot))
+/* Length extension of an anchor slot (docs/FORMAT.md): at byte 64 of the
+ * slot's sector, ignored by readers that only know the 56-byte anchor. */
+#define SQZ_ANCHOR_EXT_OFF 64u
+#define SQZ_ANCHOR_EXT_SIZE 32u
+#define SQZ_ANCHOR_READ (SQZ_ANCHOR_EXT_OFF + SQZ_ANCHOR_EXT_SIZE)
 #define SQZ_REC_HDR 32u           /* record header */
 #define SQZ_DATA_PREFIX 16u       /* DATA payload before the stored bytes */
 #define SQZ_DATA_SKIP (SQZ_REC_HDR + SQZ_DATA_PREFIX)
@@ -27,6 +32,7 @@
 
 extern const unsigned char sqz_hdr_magic[8];
 #define SQZ_ANCHOR_MAGIC 0x41435153u /* "SQCA" little-endian */
+#define SQZ_ANCHOR_EXT_MAGIC 0x54435153u /* "SQCT" little-endian */
 #define SQZ_REC_MAGIC 0x52435153u    /* "SQCR" little-endian */
 
 enum { SQZ_REC_DATA = 1, SQZ_REC_COMMIT = 2, SQZ_REC_CHECKPOINT = 3 };
@@ -98,6 +104,13 @@ void sqz_anchor_encode(const sqz_anchor *a, unsigned slot, uint64_t file_id,
 /* 1 valid, 0 empty (all zero), -EBADMSG damaged. */
 int sqz_anchor_decode(const uint8_t *in, unsigned slot, uint64_t file_id,
                       sqz_anchor *a);
+/* The length extension: the logical length and the last transaction of
+ * the log up to the anchor's durable_end. Encode into a sector whose first
+ * 56 bytes already hold the encoded anchor; decode: 1 present and valid
+ * for the anchor in the same bytes, 0 absent (zero), -EBADMSG damaged.
+ * in must hold SQZ_ANCHOR_READ bytes. */
+void sqz_anchor_ext_encode(uint8_t *sector, uint64_t length, uint64_t txn);
+int sqz_anchor_ext_decode(const uint8_t *in, uint64_t *length, uint64_t *txn);
 
 /* ---- index.c: in-memory block index (two-level radix) ---- */
 typedef struct sqz_entry {
@@ -204,6 +217,15 @@ typedef struct sqz_state {
     unsigned ndamage;         /* regions found (the first SQZ_DAMAGE_MAX kept) */
     sqz_damage damage[SQZ_DAMAGE_MAX];
     uint64_t lost_commits;    /* transactions whose COMMIT record was lost */
+    /* the anchors' length extension for durable_end (mark_known 0: none) */
+    int mark_known;
+    uint64_t mark_len, mark_txn;
+    /* valid records of this file (commits) found after a bad record past
+     * the durable mark, that could not be applied (an uncommitted tail
+     * that still holds later commits: verify reports it) */
+    uint64_t tail_commits;
+    /* damage after the durable mark, recognised by later valid commits */
+    int evidence;
 } sqz_state;
 
 /* Load the state of the container: anchors, checkpoint, replay. file_size
@@ -231,6 +253,8 @@ struct sqz_ctr {
     uint64_t end;            /* append position (= valid end of the log) */
     uint64_t since_ckpt;     /* bytes appended since the newest checkpoint */
     uint64_t marked_end;     /* durable end last written to an anchor slot */
+    uint64_t file_size;      /* backing size at open (verify: the tail) */
+    unsigned verify_warnings;/* of the last sqz_ctr_verify */
     int broken;              /* a failed append could not be undone */
     int punch_unsupported;   /* logged once */
 };

@@ -80,6 +80,41 @@ void sqz_anchor_encode(const sqz_anchor *a, unsigned slot, uint64_t file_id,
     sqz_put32(out + 52, sqz_checksum(out, 52));
 }
 
+/* ext: 0 magic u32 | 4 reserved u32 | 8 length u64 | 16 txn u64 |
+ * 24 checksum u32 of sector bytes [0, 88) | 28 reserved u32 */
+void sqz_anchor_ext_encode(uint8_t *sector, uint64_t length, uint64_t txn)
+{
+    uint8_t *x = sector + SQZ_ANCHOR_EXT_OFF;
+    memset(sector + SQZ_ANCHOR_SIZE, 0, SQZ_ANCHOR_READ - SQZ_ANCHOR_SIZE);
+    sqz_put32(x, SQZ_ANCHOR_EXT_MAGIC);
+    sqz_put64(x + 8, length);
+    sqz_put64(x + 16, txn);
+    sqz_put32(x + 24, sqz_checksum(sector, SQZ_ANCHOR_EXT_OFF + 24));
+}
+
+int sqz_anchor_ext_decode(const uint8_t *in, uint64_t *length, uint64_t *txn)
+{
+    const uint8_t *x = in + SQZ_ANCHOR_EXT_OFF;
+    int zero = 1;
+    for (unsigned i = SQZ_ANCHOR_SIZE; i < SQZ_ANCHOR_READ; i++)
+        if (in[i]) {
+            zero = 0;
+            break;
+        }
+    if (zero)
+        return 0;
+    for (unsigned i = SQZ_ANCHOR_SIZE; i < SQZ_ANCHOR_EXT_OFF; i++)
+        if (in[i])
+            return -EBADMSG;
+    if (sqz_get32(x) != SQZ_ANCHOR_EXT_MAGIC || sqz_get32(x + 4) ||
+        sqz_get32(x + 28) ||
+        sqz_get32(x + 24) != sqz_checksum(in, SQZ_ANCHOR_EXT_OFF + 24))
+        return -EBADMSG;
+    *length = sqz_get64(x + 8);
+    *txn = sqz_get64(x + 16);
+    return *length > SQZ_MAX_LENGTH ? -EBADMSG : 1;
+}
+
 int sqz_anchor_decode(const uint8_t *in, unsigned slot, uint64_t file_id,
                       sqz_anchor *a)
 {

@@ -195,18 +195,15 @@ static int apply_lost(sqz_state *st, pending *pd, size_t n, const char *label)
     return 0;
 }
 
-/* Smallest DATA record (one stored byte). */
-#define SQZ_MIN_DATA_REC 56u
-
 /* Damage accounting for the log between the last applied record (from) and
  * to: in a true log those bytes are exactly the DATA and COMMIT records of
  * the transactions lost there (and the damaged DATA records of the commit
  * at to, whose sizes its entries give: known_damaged). The damaged bytes
  * must hold at least the COMMIT record of every lost transaction (a
  * transaction with k recovered DATA records has one of at least
- * align8(48 + 24 k) bytes). If what is left could hold a DATA record, a
- * lost transaction may have written blocks that cannot be identified: their
- * old contents would be shown as current, so the open must fail. nlost:
+ * align8(48 + 24 k) bytes). If anything is left, a lost transaction may
+ * have written blocks (or holes) that cannot be identified: their old
+ * contents would be shown as current, so the open must fail. nlost:
  * number of lost transactions (at least those with pending records).
  * 0 consistent, 1 inconsistent (the closing commit is not believable),
  * 2 unidentifiable blocks. */
@@ -230,7 +227,10 @@ static int account_damage(const pending *pd, uint64_t from, uint64_t to,
         need += (nlost - txns) * sqz_rec_size(SQZ_LIST_PREFIX);
     if (dmg < need)
         return 1;
-    return dmg - need >= SQZ_MIN_DATA_REC ? 2 : 0;
+    /* Anything left over held records that cannot be identified: a lost
+     * DATA record (>= 56 bytes) or hole entries of a lost COMMIT (24 bytes
+     * each). Either would show a block's older contents as current. */
+    return dmg > need ? 2 : 0;
 }
 
 /* A COMMIT met after damage in the durable part of the log. The DATA
@@ -374,15 +374,15 @@ int sqz_anchor_check(const sqz_io *io, int fd, const sqz_header *h,
 static int load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
                            uint64_t fsize, sqz_state *st, const char **why)
 {
-    uint8_t slots[2][SQZ_ANCHOR_SIZE];
+    uint8_t slots[2][SQZ_ANCHOR_READ];
     sqz_anchor a[2];
     int valid[2], damaged = 0;
     for (unsigned s = 0; s < 2; s++) {
-        ssize_t r = io->pread(io->ctx, fd, slots[s], SQZ_ANCHOR_SIZE,
+        ssize_t r = io->pread(io->ctx, fd, slots[s], SQZ_ANCHOR_READ,
                               SQZ_ANCHOR_OFF(s));
         if (r < 0)
             return (int)r;
-        if ((size_t)r != SQZ_ANCHOR_SIZE) {
+        if ((size_t)r != SQZ_ANCHOR_READ) {
             *why = "header region truncated";
             return -EBADMSG;
         }
@@ -391,8 +391,14 @@ static int load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
         damaged += d < 0;
         /* a mark in a valid slot holds even if its checkpoint is damaged;
          * marks only grow, so the larger one is the newest */
-        if (valid[s] && a[s].durable_end > st->durable_end)
+        if (valid[s] && a[s].durable_end > st->durable_end) {
             st->durable_end = a[s].durable_end;
+            uint64_t len, txn;
+            st->mark_known =
+                sqz_anchor_ext_decode(slots[s], &len, &txn) == 1;
+            st->mark_len = st->mark_known ? len : 0;
+            st->mark_txn = st->mark_known ? txn : 0;
+        }
     }
     unsigned order[2] = {0, 1};
     if (valid[1] && (!valid[0] || a[1].seq > a[0].seq)) {
@@ -498,22 +504,49 @@ static void note_damage(sqz_state *st, uint64_t off, uint64_t len)
  * silently cut off synced data, so the file is refused (EIO) rather than
  * served short. 0 = fine, 2 = refuse. */
 static int leave_durable(sqz_state *st, pending *pd, uint64_t durable,
-                         const char *label)
+                         int log2bs, const char *label)
 {
+    int acc = 0;
     if (st->valid_end < durable &&
-        account_damage(pd, st->valid_end, durable, 0,
-                       pd->n || st->valid_end < durable ? 1 : 0) == 2)
+        (acc = account_damage(pd, st->valid_end, durable, 0, 1)) == 2)
         return 2;
     if (pd->n == 0)
         return 0;
+    /* The mark's length extension was written with this very mark: it
+     * gives the length after the lost commit. Only one transaction may be
+     * lost (an earlier lost one may have changed the length too), and the
+     * damaged bytes must be exactly its COMMIT record listing the pending
+     * DATA records (no hole entries lost). */
+    if (st->mark_known && durable == st->durable_end && acc == 0 &&
+        st->mark_txn == st->txn + 1 && pd->v[0].txn == st->mark_txn &&
+        pd->v[pd->n - 1].txn == st->mark_txn) {
+        int r = apply_lost(st, pd, pd->n, label);
+        if (r < 0)
+            return r;
+        size_t bs = (size_t)1 << log2bs;
+        st->dead_bytes += sqz_index_drop_from(&st->ix,
+                                              (st->mark_len + bs - 1) >> log2bs);
+        st->length = st->mark_len;
+        st->txn = st->mark_txn;
+        st->lost_commits++;
+        st->valid_end = durable;
+        sqz_logf(0, "%s: the last synced commit is damaged; its blocks and "
+                    "the length %llu recorded with the durable mark are used",
+                 label, (unsigned long long)st->mark_len);
+        return 0;
+    }
     sqz_logf(0, "%s: the last synced commit is damaged; the file's length "
                 "is unknown", label);
     return 2;
 }
 
-int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
-               uint64_t file_size, const char *label, sqz_state *st,
-               const char **why)
+/* One replay. lenient_to > the durable mark: treat the log up to it like
+ * the synced part (evidence pass, see sqz_replay). *applied: the end of the
+ * last record applied. */
+static int replay_pass(const sqz_io *io, int fd, const sqz_header *h,
+                       uint64_t file_size, const char *label, sqz_state *st,
+                       const char **why, uint64_t lenient_to,
+                       uint64_t *applied)
 {
     memset(st, 0, sizeof *st);
     sqz_index_init(&st->ix);
@@ -542,6 +575,8 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
         note_damage(st, durable, st->durable_end - durable);
     }
     st->durable_end = durable;
+    if (lenient_to > durable && lenient_to <= file_size)
+        durable = lenient_to;
     uint64_t budget = 4 * file_size + (64u << 20);
     int damaged = 0, left = 0, gap_ok = 0;
     uint64_t unknown = 0; /* damage hiding blocks of a lost transaction */
@@ -549,7 +584,7 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
         if (damaged && !left && pos >= durable) {
             left = 1;
             gap_ok = pos == durable;
-            if ((r = leave_durable(st, &pd, durable, label)) == 2) {
+            if ((r = leave_durable(st, &pd, durable, log2bs, label)) == 2) {
                 unknown = durable;
                 r = -EBADMSG;
             }
@@ -671,7 +706,7 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
         damaged = 1;
     }
     if (r == 0 && damaged && !left &&
-        (r = leave_durable(st, &pd, durable, label)) == 2) {
+        (r = leave_durable(st, &pd, durable, log2bs, label)) == 2) {
         unknown = durable;
         r = -EBADMSG;
     }
@@ -689,8 +724,112 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
         sqz_index_free(&st->ix);
         return r;
     }
+    *applied = st->valid_end;
     /* nothing before the durable mark is ever cut off or overwritten */
     if (st->valid_end < durable)
         st->valid_end = durable;
+    return 0;
+}
+
+/* After the log stopped at from (past the durable mark): the end of the
+ * last valid COMMIT or CHECKPOINT record of this file with a transaction
+ * after txn, walking valid records and resynchronising over invalid bytes
+ * up to the end of the file (bounded like resync). 0 if there is none.
+ * *commits counts them. */
+static int find_evidence(const sqz_io *io, int fd, const sqz_header *h,
+                         uint64_t file_size, uint64_t from, uint64_t txn,
+                         uint64_t *ev, uint64_t *commits)
+{
+    scanner sc = {.io = io, .fd = fd, .fsize = file_size};
+    uint64_t budget = 4 * file_size + (64u << 20);
+    uint64_t pos = from;
+    int r = 0;
+    *ev = 0;
+    *commits = 0;
+    while (pos <= file_size && file_size - pos >= SQZ_REC_HDR) {
+        const uint8_t *rec;
+        sqz_rec_hdr rh;
+        uint64_t total = 0;
+        int ok = read_record(&sc, pos, file_size, h->file_id, &rh, &rec,
+                             &total);
+        if (ok < 0) {
+            r = ok;
+            break;
+        }
+        if (ok) {
+            if (rh.type != SQZ_REC_DATA && rh.seq > txn) {
+                *ev = pos + total;
+                (*commits)++;
+            }
+            pos += total;
+            continue;
+        }
+        uint64_t next = file_size;
+        if ((r = resync(&sc, pos, file_size, h->file_id, &budget, &next)) < 0)
+            break;
+        pos = next;
+    }
+    free(sc.buf);
+    return r;
+}
+
+/* The log is replayed once with the durable mark deciding what is damage.
+ * If that stops before the end of the file (past the mark), and valid,
+ * later commits of this file follow the bad bytes, they are evidence that
+ * the bad record was damage, not a torn tail: the log up to the last such
+ * commit is replayed again like the synced part. That second result is
+ * taken only if it applied that commit and lost no commit record (only
+ * DATA records listed by valid commits were damaged: their blocks read as
+ * EIO, the file keeps its length); otherwise the first stands (a crash's
+ * torn tail; verify reports the unusable commits after it). */
+int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
+               uint64_t file_size, const char *label, sqz_state *st,
+               const char **why)
+{
+    uint64_t applied = 0;
+    int r = replay_pass(io, fd, h, file_size, label, st, why, 0, &applied);
+    if (r < 0 || st->valid_end >= file_size ||
+        file_size - st->valid_end < SQZ_REC_HDR)
+        return r;
+    uint64_t ev = 0, commits = 0;
+    r = find_evidence(io, fd, h, file_size, st->valid_end, st->txn, &ev,
+                      &commits);
+    if (r < 0) {
+        sqz_index_free(&st->ix);
+        return r;
+    }
+    if (ev == 0)
+        return 0;
+    sqz_state st2;
+    uint64_t applied2 = 0;
+    const char *why2 = NULL;
+    int r2 = replay_pass(io, fd, h, file_size, label, &st2, &why2, ev,
+                         &applied2);
+    if (r2 == -ENOMEM) {
+        sqz_index_free(&st->ix);
+        return r2;
+    }
+    if (r2 < 0 || applied2 != ev || st2.lost_commits != st->lost_commits ||
+        st2.ndamage == 0) {
+        if (r2 == 0)
+            sqz_index_free(&st2.ix);
+        st->tail_commits = commits;
+        sqz_logf(0, "%s: the log after offset %llu is unreadable although "
+                    "%llu later commit record(s) follow; treated as an "
+                    "uncommitted tail (a crash before the data was synced, "
+                    "or damage that cannot be told apart from one)",
+                 label ? label : "(container)",
+                 (unsigned long long)st->valid_end,
+                 (unsigned long long)commits);
+        return 0;
+    }
+    sqz_logf(0, "%s: damaged log records after the durable mark (offset "
+                "%llu): later commits up to offset %llu are intact, so the "
+                "damaged blocks read as errors and the file keeps its length",
+             label ? label : "(container)",
+             (unsigned long long)st->valid_end, (unsigned long long)ev);
+    sqz_index_free(&st->ix);
+    *st = st2;
+    st->evidence = 1;
     return 0;
 }

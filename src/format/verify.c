@@ -14,6 +14,7 @@ typedef struct vctx {
     sqz_report_fn report;
     void *user;
     int problems;
+    unsigned warnings;
     unsigned char *buf;
 } vctx;
 
@@ -69,9 +70,17 @@ static int check_anchors(vctx *v, uint64_t fsize)
         return 0;
     }
     for (unsigned s = 0; s < 2; s++)
-        if (st[s] < 0 && st[!s] == 1)
-            sqz_logf(1, "%s: anchor slot %u is damaged (torn write?); slot %u "
-                        "is in use", c->label, s, !s);
+        if (st[s] < 0 && st[!s] == 1) {
+            /* what a torn anchor write leaves after a crash, or damage:
+             * nothing synced is lost (the other slot is used), but the
+             * file is not clean either */
+            char msg[160];
+            snprintf(msg, sizeof msg, "warning: anchor slot %u is damaged (a "
+                     "torn write or damage); slot %u is in use", s, !s);
+            v->warnings++;
+            if (v->report)
+                v->report(v->user, msg);
+        }
     int newest = -1;
     for (int s = 0; s < 2; s++)
         if (st[s] == 1 && (newest < 0 || a[s].seq > a[newest].seq))
@@ -127,23 +136,44 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
                         "length changes and holes could not be recovered",
                     (unsigned long long)st->lost_commits);
     }
-    /* Past the durable mark an invalid record is indistinguishable from
-     * writes lost or reordered by a crash before their fsync (the durable
-     * mark decides what counts as damage, above): a warning, not damage. */
+    /* Past the durable mark, an invalid record with no intact later commit
+     * after it (the replay's evidence rule) cannot be told apart from
+     * writes lost or reordered by a crash before their fsync: it is not
+     * counted as damage here; the caller reports it with
+     * sqz_ctr_tail_bytes as an uncommitted tail (never "ok"). */
     if (r == 0 && fsize > c->end)
-        sqz_logf(1, "%s: %llu bytes after offset %llu are an uncommitted or "
-                    "torn tail (left by a crash; discarded at the next write)",
+        sqz_logf(1, "%s: uncommitted tail, %llu bytes after offset %llu%s",
                  c->label, (unsigned long long)(fsize - c->end),
-                 (unsigned long long)c->end);
+                 (unsigned long long)c->end,
+                 c->st.tail_commits ? " (holding later commits that cannot "
+                                      "be applied)"
+                                    : "");
     if (r == 0)
         r = sqz_index_each(&c->st.ix, check_block, &v);
+    c->verify_warnings = v.warnings;
     pthread_rwlock_unlock(&c->lock);
     free(v.buf);
     return r < 0 ? r : v.problems;
 }
 
+uint64_t sqz_ctr_tail_bytes(sqz_ctr *c)
+{
+    pthread_rwlock_rdlock(&c->lock);
+    uint64_t t = c->file_size > c->end ? c->file_size - c->end : 0;
+    pthread_rwlock_unlock(&c->lock);
+    return t;
+}
+
 int sqz_verify_fd(int fd, const char *label, sqz_report_fn report, void *user)
 {
+    return sqz_verify_fd_ex(fd, label, report, user, NULL);
+}
+
+int sqz_verify_fd_ex(int fd, const char *label, sqz_report_fn report,
+                     void *user, sqz_verify_extra *ex)
+{
+    if (ex)
+        memset(ex, 0, sizeof *ex);
     int dfd = dup(fd);
     if (dfd < 0)
         return -errno;
@@ -159,6 +189,10 @@ int sqz_verify_fd(int fd, const char *label, sqz_report_fn report, void *user)
     if (r < 0)
         return r;
     r = sqz_ctr_verify(c, report, user);
+    if (ex) {
+        ex->tail_bytes = sqz_ctr_tail_bytes(c);
+        ex->warnings = c->verify_warnings;
+    }
     sqz_ctr_close(c);
     return r;
 }

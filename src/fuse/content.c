@@ -108,6 +108,11 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
         char label[PATH_MAX];
         sqz_content_label(fs, in, label, sizeof(label));
         sqz_ctr *c = NULL;
+        /* a container that cannot be opened still shows the length its
+         * newest durable mark recorded (reads give EIO): damage never
+         * makes a file look shorter */
+        uint64_t marked = 0;
+        int have_marked = sqz_ctr_marked_length_fd(fd, &marked) == 0;
         int rc = p == 1 ? sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &c)
                         : (close(fd), -EBADMSG);
         if (rc == 0) {
@@ -116,7 +121,7 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
             sqz_ctr_close(c);
         } else if (rc == -EBADMSG) {
             *kind = SQZ_K_DAMAGED;
-            *len = (uint64_t)bst->st_size;
+            *len = have_marked ? marked : (uint64_t)bst->st_size;
         } else {
             return rc;
         }
@@ -173,7 +178,7 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
         dirty = sqz_file_dirty(in->sf);
     pthread_rwlock_unlock(&in->io);
 
-    if (kind == SQZ_K_DAMAGED || kind == SQZ_K_PLAIN)
+    if (kind == SQZ_K_PLAIN)
         return;
     st->st_size = (off_t)len;
     if (len > 0 && st->st_blocks == 0)
@@ -201,6 +206,20 @@ static int ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_write)
         return 0;
     if (want_write && fs->opts.ro)
         return -EROFS;
+    /* closed and still waiting for its durable mark: the queued container
+     * is the one writer of this file (read-write; no reopen) */
+    sqz_ctr *queued = sqz_durable_take_locked(in);
+    if (queued) {
+        sqz_file *nsf = NULL;
+        int rc = sqz_file_new(fs->engine, queued, &nsf);
+        if (rc)
+            return rc;
+        if (in->sf)
+            sqz_file_close(in->sf); /* a read-only view: nothing dirty */
+        in->sf = nsf;
+        in->sf_rw = 1;
+        return 0;
+    }
     char label[PATH_MAX];
     sqz_content_label(fs, in, label, sizeof(label));
     int mode = want_write ? SQZ_OPEN_RDWR : SQZ_OPEN_RDONLY;
@@ -521,10 +540,30 @@ static void reclaim_if_wasteful(struct sqz_fs *fs, struct sqz_inode *in)
     }
 }
 
+/* Close the inode's sf after its last handle. A container written in this
+ * mount and not yet marked durable is queued for a batched durable mark
+ * (durable.c) instead of being closed: close never fsyncs. io exclusive. */
+static int close_sf(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    sqz_file *sf = in->sf;
+    in->sf = NULL;
+    if (!in->sf_rw || !fs->durable)
+        return sqz_file_close(sf);
+    sqz_ctr *kept = NULL;
+    int rc = sqz_file_close_keep(sf, &kept);
+    if (!kept)
+        return rc;
+    if (sqz_ctr_unmarked(kept) && sqz_durable_defer_locked(fs, in, kept) == 0)
+        return 0;
+    return sqz_ctr_close(kept);
+}
+
 int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
 {
     struct sqz_inode *in = h->inode;
     int rc = 0;
+    if (h->plain_fd < 0)
+        sqz_durable_wait_room(fs);
     pthread_rwlock_wrlock(&in->io);
     if (h->plain_fd >= 0) {
         if (close(h->plain_fd) != 0)
@@ -539,8 +578,7 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
             if (in->sf_rw)
                 reclaim_if_wasteful(fs, in);
             uint64_t len = sqz_file_length(in->sf);
-            rc = sqz_file_close(in->sf);
-            in->sf = NULL;
+            rc = close_sf(fs, in);
             restore_kept_times(in);
             struct stat bst;
             if (rc == 0 && sqz_backing_stat(in, &bst) == 0)
@@ -746,8 +784,7 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
             break;
         rc = sqz_file_truncate(in->sf, size);
         if (temp) {
-            int rc2 = sqz_file_close(in->sf);
-            in->sf = NULL;
+            int rc2 = close_sf(fs, in);
             if (rc == 0)
                 rc = rc2;
         }
@@ -876,7 +913,11 @@ int sqz_content_sync_all(struct sqz_fs *fs)
     for (size_t i = 0; i < l.n; i++) {
         struct sqz_inode *in = l.v[i];
         pthread_rwlock_rdlock(&in->io);
+        /* the second sync makes the durable mark of the first durable: a
+         * clean unmount is a durable state */
         int rc = in->sf ? sqz_file_fsync(in->sf, 0) : 0;
+        if (rc == 0 && in->sf)
+            rc = sqz_file_fsync(in->sf, 1);
         pthread_rwlock_unlock(&in->io);
         if (rc < 0) {
             char label[PATH_MAX];
@@ -889,5 +930,9 @@ int sqz_content_sync_all(struct sqz_fs *fs)
     free(l.v);
     if (l.oom && first == 0)
         first = -ENOMEM;
+    /* closed files waiting for their mark */
+    int rc = sqz_durable_finish(fs);
+    if (rc < 0 && first == 0)
+        first = rc;
     return first;
 }

@@ -11,6 +11,9 @@
  *     dev/ino key, hash link, nlookup and nopen. Never held during I/O.
  *  3. sqz_inode.meta (mutex): the probe/length cache, keep_cache key and
  *     the last write time. Leaf lock, held for a few instructions only.
+ *  3'. sqz_durable.mu (durable.c): the queue of closed files waiting for
+ *     their durable mark. Taken under io (never io under it), never
+ *     together with itable_lock or meta.
  *  Engine locks (sqz_file.lock etc.) are taken inside engine calls, below
  *  all of the above.
  * Fields marked "const" are set before the inode is published and never
@@ -79,6 +82,10 @@ struct sqz_inode {
     unsigned sf_users;   /* handles using sf / PENDING */
     unsigned plain_users;/* handles holding their own plain fd */
     sqz_params pending;  /* PENDING: block size, min_saving, auto mode */
+    sqz_ctr *dctr;       /* closed, committed, waiting for its durable mark
+                            (durable.c); a reopen takes it back */
+    uint64_t dgen;       /* bumped whenever dctr is set */
+    int dq_queued;       /* in the durable queue (holds an open ref) */
     /* meta */
     pthread_mutex_t meta;
     int probe_valid;
@@ -126,6 +133,8 @@ struct sqz_fs {
     atomic_int readahead_done;  /* the first open set the kernel's
                                    read-ahead window (mount.c) */
     pthread_mutex_t readahead_mu; /* serialises that first attempt */
+
+    struct sqz_durable *durable; /* durable.c; NULL before start */
 
     pthread_mutex_t itable_lock;
     struct sqz_inode **buckets;
@@ -246,6 +255,23 @@ int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
 /* io exclusive: PENDING -> CONTAINER choosing the algorithm by sample. */
 int sqz_content_materialize_locked(struct sqz_fs *fs, struct sqz_inode *in,
                                    const void *sample, size_t n);
+
+/* ---- durable.c: closed files made durable in batches ---- */
+int sqz_durable_start(struct sqz_fs *fs);
+/* Unmount: stop the thread, mark every queued file, flush so the marks are
+ * durable too. Returns the first error. */
+int sqz_durable_finish(struct sqz_fs *fs);
+void sqz_durable_free(struct sqz_fs *fs);
+/* Before a release takes io: wait while the queue is full. */
+void sqz_durable_wait_room(struct sqz_fs *fs);
+/* io exclusive: queue the committed container c of a closed file. 0, or
+ * -errno with c still the caller's. */
+int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                             sqz_ctr *c);
+/* io exclusive: take a queued container back (NULL if none). */
+sqz_ctr *sqz_durable_take_locked(struct sqz_inode *in);
+void sqz_durable_stats(struct sqz_fs *fs, uint64_t *queued, uint64_t *marked,
+                       uint64_t *batches, uint64_t *failures);
 
 /* ---- recompress.c ---- */
 /* Rewrite a regular file under spec (crash-safe temp + rename). */

@@ -154,6 +154,12 @@ int sqz_itable_free(struct sqz_fs *fs)
                 if (rc < 0 && first == 0)
                     first = rc;
             }
+            if (in->dctr) { /* sqz_durable_free processed the queue */
+                int rc = sqz_ctr_close(in->dctr);
+                in->dctr = NULL;
+                if (rc < 0 && first == 0)
+                    first = rc;
+            }
             inode_destroy(in);
             in = next;
         }

@@ -279,6 +279,7 @@ static int ncores(void)
 
 static void teardown(struct sqz_fs *fs)
 {
+    sqz_durable_free(fs);
     int rc = sqz_itable_free(fs);
     if (rc && g_destroy_rc == 0)
         g_destroy_rc = rc;
@@ -386,6 +387,11 @@ int sqz_mount_main(int argc, char **argv)
     if (rc) {
         sqz_logf(0, "cannot start the I/O engine: %s", strerror(-rc));
         fs->engine = NULL;
+        goto out_unmount;
+    }
+
+    if ((rc = sqz_durable_start(fs)) < 0) {
+        sqz_logf(0, "cannot start the durability thread: %s", strerror(-rc));
         goto out_unmount;
     }
 

@@ -341,6 +341,11 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     }
     close(npfd);
     sqz_inode_rekey(fs, in, nst.st_dev, nst.st_ino);
+    /* a container of the replaced file still waiting for its durable mark:
+     * that file is gone from the tree (the new one was synced) */
+    sqz_ctr *queued = sqz_durable_take_locked(in);
+    if (queued)
+        sqz_ctr_close(queued);
     if (in->sf) {
         sqz_file *old = in->sf;
         in->sf = nsf;

@@ -1148,15 +1148,41 @@ static void test_rot_in_synced_log(void)
     }
 
     /* the last COMMIT (at the durable mark): no later commit tells the
-     * length, so the file is refused rather than shown shorter than it was
-     * synced (a silent loss); verify reports it */
+     * length, but the durable mark's length extension does: its intact
+     * DATA records are applied, the file keeps its synced length and every
+     * block reads exactly; verify reports the lost commit record */
     memcpy(im.p, orig.p, orig.n);
     flip64(&im, commits[ncommit - 1]);
     sqz_ctr *c;
     int lastfd = memfd_with(im.p, im.n);
     CHECK_EQ_INT(sqz_ctr_open_fd(dup(lastfd), SQZ_OPEN_RDWR, "rot last commit",
-                                 &c), -EBADMSG);
+                                 &c), 0);
+    CHECK_EQ_INT(sqz_ctr_length(c), ROT_LEN);
+    unsigned char none[ROT_LEN >> ROT_BS_LOG2], eiol[ROT_LEN >> ROT_BS_LOG2];
+    memset(none, 0, sizeof none);
+    CHECK_EQ_INT(rot_blocks(c, data, ROT_LEN, none, eiol, "rot last commit",
+                            &failed), 0);
+    CHECK_EQ_INT(sqz_ctr_close(c), 0);
     CHECK(sqz_verify_fd(lastfd, "rot last commit", quiet_report, &g_verbose) >= 1);
+    close(lastfd);
+    /* the same without the extension (anchors written by an older
+     * version): the length is unknown, so the file is refused rather than
+     * shown shorter than it was synced (a silent loss) */
+    for (unsigned s = 0; s < 2; s++)
+        memset(im.p + 512 + 512 * s + 56, 0, 40);
+    lastfd = memfd_with(im.p, im.n);
+    CHECK_EQ_INT(sqz_ctr_open_fd(dup(lastfd), SQZ_OPEN_RDWR, "rot last commit v1",
+                                 &c), -EBADMSG);
+    CHECK(sqz_verify_fd(lastfd, "rot last commit v1", quiet_report, &g_verbose) >= 1);
+    uint64_t mlen = 0;
+    CHECK_EQ_INT(sqz_ctr_marked_length_fd(lastfd, &mlen), -ENODATA);
+    close(lastfd);
+    /* a destroyed header: the marked length is still readable */
+    memcpy(im.p, orig.p, orig.n);
+    memset(im.p, 0xff, 64);
+    lastfd = memfd_with(im.p, im.n);
+    CHECK_EQ_INT(sqz_ctr_marked_length_fd(lastfd, &mlen), 0);
+    CHECK_EQ_INT(mlen, ROT_LEN);
     close(lastfd);
 
     /* 64 bytes flipped anywhere in the log: the open fails or every block
@@ -1279,6 +1305,13 @@ static void test_tail_vs_damage(void)
     CHECK_EQ_INT(pread(fd, img, ends[3], 0), (ssize_t)ends[3]);
     CHECK_EQ_INT(write(t, img, torn), (ssize_t)torn);
     CHECK_EQ_INT(sqz_verify_fd(t, "torn", quiet_report, &g_verbose), 0);
+    {
+        /* not damage, but never "clean": the tail is reported */
+        sqz_verify_extra ex;
+        CHECK_EQ_INT(sqz_verify_fd_ex(t, "torn", quiet_report, &g_verbose, &ex), 0);
+        CHECK_EQ_INT(ex.tail_bytes, torn - ends[2]);
+        CHECK_EQ_INT(ex.warnings, 0);
+    }
     close(t);
     /* a destroyed header (magic and all) still probes as a damaged
      * container, never as a plain file whose bytes would be served */
@@ -1296,15 +1329,31 @@ static void test_tail_vs_damage(void)
     CHECK(sqz_verify_fd(h, "hdr", quiet_report, &g_verbose) >= 1);
     close(h);
     free(bad);
-    /* never synced: a bad record in the middle may be a write lost before
-     * its fsync while a later one reached the disk (power loss reorders
-     * unsynced writes), so it is not damage */
+    /* never synced: a bad record in the middle followed by intact, chained
+     * commits is damage by evidence (not a torn tail): the file keeps its
+     * length, the damaged block reads as EIO, the others exactly, and
+     * verify reports it */
     uint64_t mid = ends[0] + (ends[1] - ends[0]) / 2;
     img[mid] ^= 0x40;
     int d = memfd_create("mid", MFD_CLOEXEC);
     REQUIRE(d >= 0);
     CHECK_EQ_INT(write(d, img, ends[3]), (ssize_t)ends[3]);
-    CHECK_EQ_INT(sqz_verify_fd(d, "mid", quiet_report, &g_verbose), 0);
+    CHECK(sqz_verify_fd(d, "mid", quiet_report, &g_verbose) >= 1);
+    {
+        sqz_ctr *mc;
+        REQUIRE(sqz_ctr_open_fd(dup(d), SQZ_OPEN_RDWR, "mid", &mc) == 0);
+        CHECK_EQ_INT(sqz_ctr_length(mc), 4 * 4096);
+        char got[4096];
+        for (int i = 0; i < 4; i++) {
+            sqz_test_fill(blk, sizeof blk, 2, (uint64_t)i);
+            ssize_t r = sqz_ctr_read_block(mc, (uint64_t)i, got, NULL);
+            if (i == 1)
+                CHECK_EQ_INT(r, -EIO);
+            else
+                CHECK(r == 4096 && memcmp(got, blk, 4096) == 0);
+        }
+        CHECK_EQ_INT(sqz_ctr_close(mc), 0);
+    }
     close(d);
     free(img);
     close(fd);
