@@ -1,0 +1,330 @@
+"""Damage is never silent: the corruption matrix of issue 10.
+
+For each file state {fsync'ed and open, closed (left alone past the
+durability interval, then the daemon killed), closed + clean unmount,
+closed + SIGTERM, daemon killed with -9 right after close + sync} x each
+region of the container {header, anchor slot 0, anchor slot 1, a DATA record
+in the middle, a COMMIT record in the middle, the CHECKPOINT record, the last
+record} x block size {4K, 128K}: flip bytes in a copy of the backing file,
+remount, read every block. Every read is the exact original bytes or EIO;
+for the clean states `stat` never shows a shorter file; `squeezefs verify`
+flags the file (non-zero exit) every time. Only the killed-daemon state may
+lose data that was never synced, and even there reads are exact-or-EIO.
+"""
+import errno
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import time
+
+import pytest
+
+from mountlib import run_cli
+
+# layout (docs/FORMAT.md)
+HDR_REGION = 4096
+REC_MAGIC = 0x52435153
+DATA, COMMIT, CHECKPOINT = 1, 2, 3
+ANCHOR_OFF = (512, 1024)
+# the daemon's durability interval (src/fuse/durable.c) plus slack
+DURABLE_WAIT = 3.5
+
+FIRST = 9 << 20           # written, then fsync'ed: a checkpoint
+TOTAL = FIRST + (1 << 20)  # the rest written after it
+
+
+def make_data(n, seed):
+    """Half random, half text per 4 KiB: compresses about 2x, so the first
+    9 MiB append more than the 4 MiB that make fsync write a checkpoint."""
+    rnd = random.Random(seed)
+    words = [b"trade", b"quote", b"IBM", b"MSFT", b"12.50", b"2026-11-24", b"\n"]
+    out = bytearray()
+    while len(out) < n:
+        out += rnd.randbytes(2048)
+        line = bytearray()
+        while len(line) < 2048:
+            line += b" ".join(rnd.choice(words) for _ in range(8)) + b"\n"
+        out += line[:2048]
+    return bytes(out[:n])
+
+
+def records(path):
+    """[(offset, type, size)] of the records in a container, in log order."""
+    out = []
+    with open(path, "rb") as f:
+        buf = f.read()
+    pos = HDR_REGION
+    while pos + 32 <= len(buf):
+        magic, typ = struct.unpack_from("<IB", buf, pos)
+        if magic != REC_MAGIC or typ not in (DATA, COMMIT, CHECKPOINT):
+            break
+        plen = struct.unpack_from("<I", buf, pos + 24)[0]
+        size = (32 + plen + 7) & ~7
+        if pos + size > len(buf):
+            break
+        out.append((pos, typ, size))
+        pos += size
+    return out
+
+
+def newest_checkpoint(path):
+    """Offset of the CHECKPOINT the newest anchor slot points to (0: none)."""
+    best = (0, 0)
+    with open(path, "rb") as f:
+        for off in ANCHOR_OFF:
+            f.seek(off)
+            b = f.read(56)
+            if b[:4] != b"SQCA":
+                continue
+            seq, ckpt = struct.unpack_from("<QQ", b, 16)
+            if seq > best[0]:
+                best = (seq, ckpt)
+    return best[1]
+
+
+def region_offset(path, region):
+    """Where to flip bytes for a region name, or None if absent."""
+    recs = records(path)
+    if region == "header":
+        return 8
+    if region == "anchor0":
+        return ANCHOR_OFF[0] + 16
+    if region == "anchor1":
+        return ANCHOR_OFF[1] + 16
+    if region == "checkpoint":
+        off = newest_checkpoint(path)
+        return off + 40 if off else None
+    if region == "last":
+        return recs[-1][0] + 8 if recs else None
+    if region == "data":
+        mid = os.path.getsize(path) // 2
+        cands = [r for r in recs if r[1] == DATA]
+        if not cands:
+            return None
+        r = min(cands, key=lambda r: abs(r[0] - mid))
+        return r[0] + min(48 + 16, r[2] // 2)
+    # a COMMIT the file needs: after the newest checkpoint (those before
+    # it are superseded by the checkpoint's index), not the last record
+    ck = newest_checkpoint(path)
+    cands = [r for r in recs[:-1] if r[1] == COMMIT and r[0] > ck]
+    if not cands:
+        return None
+    return cands[len(cands) // 2][0] + 8
+
+
+def flip(path, off, n=16):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(n)
+        f.seek(off)
+        f.write(bytes(x ^ 0xFF for x in b))
+
+
+def read_blocks(path, expect, bs):
+    """[(offset, 'ok'|'eio'|'wrong'|'short')] for every block of expect."""
+    res = []
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError as e:  # a container that cannot be opened at all
+        assert e.errno == errno.EIO, f"open: {e}"
+        return [(off, "eio") for off in range(0, len(expect), bs)]
+    try:
+        for off in range(0, len(expect), bs):
+            want = expect[off:off + bs]
+            try:
+                got = os.pread(fd, len(want), off)
+            except OSError as e:
+                assert e.errno == errno.EIO, f"read at {off}: {e}"
+                res.append((off, "eio"))
+                continue
+            if got == want:
+                res.append((off, "ok"))
+            elif want.startswith(got):
+                res.append((off, "short"))
+            else:
+                res.append((off, "wrong"))
+    finally:
+        os.close(fd)
+    return res
+
+
+def make_state(mount_factory, tmp_path, state, opts, data, name):
+    """Write data into a fresh mount and leave it in `state`; return the
+    backing file's path (the daemon is gone)."""
+    backing = tmp_path / f"{name}-b"
+    m = mount_factory(options=opts, backing=backing, name=name)
+    p = m.path("col")
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, data[:FIRST])
+    os.fsync(fd)  # a checkpoint in the middle of the log
+    # the rest in four appends, each closed (a commit each; the reopen takes
+    # back the container queued for its durable mark), the last left open
+    view = memoryview(data)
+    piece = (TOTAL - FIRST) // 4
+    for i in range(4):
+        if i:
+            fd = os.open(p, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, view[FIRST + i * piece:FIRST + (i + 1) * piece])
+        if i < 3:
+            os.close(fd)
+    if state == "fsynced-open":
+        os.fsync(fd)
+        m.kill(signal.SIGKILL)  # the host goes down with the file open
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    else:
+        os.close(fd)
+        if state == "closed":
+            time.sleep(DURABLE_WAIT)
+            m.kill(signal.SIGKILL)
+        elif state == "unmount":
+            assert m.unmount() == 0, m.log()
+        elif state == "sigterm":
+            assert m.kill(signal.SIGTERM) == 0, m.log()
+        elif state == "killed":
+            os.sync()
+            m.kill(signal.SIGKILL)
+        else:
+            raise AssertionError(state)
+    return backing / "col"
+
+
+STATES = ["fsynced-open", "closed", "unmount", "sigterm", "killed"]
+REGIONS = ["header", "anchor0", "anchor1", "data", "commit", "checkpoint", "last"]
+
+
+@pytest.mark.parametrize("bs", ["4K", "128K"])
+@pytest.mark.parametrize("state", STATES)
+def test_corruption_matrix(mount_factory, tmp_path, state, bs):
+    opts = [f"compress=zstd:1/{bs}"]
+    nbs = 4096 if bs == "4K" else 128 << 10
+    data = make_data(TOTAL, seed=hash((state, bs)) & 0xFFFF)
+    pristine = make_state(mount_factory, tmp_path, state, opts, data, "w")
+    clean = state != "killed"
+    # before any damage: everything the state promises is there
+    v0 = run_cli("verify", pristine, check=False)
+    assert v0.returncode in ((0,) if clean else (0, 3)), v0.stdout + v0.stderr
+    seen = []
+    for region in REGIONS:
+        off = region_offset(pristine, region)
+        if off is None:
+            seen.append(f"{region}: absent")
+            continue
+        work = tmp_path / f"{region}-b"
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir()
+        shutil.copy2(pristine, work / "col")
+        flip(work / "col", off)
+        v = run_cli("verify", work, check=False)
+        assert v.returncode in (1, 3), (
+            f"{state}/{bs}/{region}: verify did not flag the damage "
+            f"(exit {v.returncode}):\n{v.stdout}{v.stderr}")
+        m = mount_factory(options=opts, backing=work, name=f"{region}-m")
+        p = m.path("col")
+        size = os.stat(p).st_size
+        res = read_blocks(p, data[:size] if size <= len(data) else data, nbs)
+        bad = [r for r in res if r[1] in ("wrong", "short")]
+        assert not bad, f"{state}/{bs}/{region}: wrong bytes at {bad[:5]}\n{m.log()[-2000:]}"
+        if size > len(data):
+            pytest.fail(f"{state}/{bs}/{region}: size {size} > {len(data)}")
+        if clean:
+            assert size == len(data), (
+                f"{state}/{bs}/{region}: the file shrank to {size} of {len(data)} "
+                f"after damage\n{m.log()[-2000:]}")
+        eio = sum(1 for r in res if r[1] == "eio")
+        seen.append(f"{region}: size {size}, {eio} EIO block(s), verify {v.returncode}")
+        assert m.unmount() == 0, m.log()
+        if region in ("data", "commit", "anchor0", "anchor1") and clean:
+            # a few bytes of damage cost at most the blocks they hit
+            assert eio <= 2, f"{state}/{bs}/{region}: {eio} EIO blocks"
+    print(f"{state}/{bs}: " + "; ".join(seen))
+
+
+def test_crash_while_appending_then_damage(mount_factory, tmp_path):
+    """kill -9 while appending, then damage a record inside the synced part:
+    the synced bytes outside the damaged block read back exactly."""
+    backing = tmp_path / "b"
+    m = mount_factory(options=["compress=zstd:1/4K"], backing=backing)
+    data = make_data(6 << 20, seed=7)
+    synced = 4 << 20
+    fd = os.open(m.path("log"), os.O_WRONLY | os.O_CREAT, 0o644)
+    os.write(fd, data[:synced])
+    os.fsync(fd)
+    # unsynced appends, then the daemon dies under the writer
+    os.write(fd, data[synced:synced + (1 << 20)])
+    m.kill(signal.SIGKILL)
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    path = backing / "log"
+    recs = [r for r in records(path) if r[1] == DATA]
+    # a DATA record in the synced first quarter
+    target = recs[len(recs) // 4]
+    flip(path, target[0] + 64)
+    v = run_cli("verify", backing, check=False)
+    assert v.returncode == 1, v.stdout + v.stderr
+    m2 = mount_factory(options=["compress=zstd:1/4K"], backing=backing, name="m2")
+    size = os.stat(m2.path("log")).st_size
+    assert size >= synced, f"synced data lost: size {size} < {synced}"
+    res = read_blocks(m2.path("log"), data[:size], 4096)
+    assert not [r for r in res if r[1] in ("wrong", "short")]
+    eio = [r[0] for r in res if r[1] == "eio"]
+    assert len(eio) == 1 and eio[0] < synced, eio
+    assert m2.unmount() == 0, m2.log()
+
+
+def test_verify_reports_uncommitted_tail(tmp_path, cli):
+    """An uncommitted tail is neither clean nor damage: its own exit status
+    (3), named with its size, and the same in --json."""
+    src = tmp_path / "src"
+    src.write_bytes(make_data(200 << 10, seed=3))
+    dst = tmp_path / "p" / "f"
+    dst.parent.mkdir()
+    cli("pack", src, dst)
+    assert cli("verify", dst.parent).returncode == 0
+    with open(dst, "ab") as f:
+        f.write(b"\x01" * 100)
+    v = cli("verify", dst.parent, check=False)
+    assert v.returncode == 3, v.stdout
+    assert "uncommitted tail, 100 bytes" in v.stdout
+    j = cli("verify", "--json", dst.parent, check=False)
+    assert j.returncode == 3
+    doc = json.loads(j.stdout)
+    assert doc["exit_status"] == 3 and doc["uncommitted_tails"] == 1
+    assert doc["files"][0]["status"] == "tail"
+    assert doc["files"][0]["uncommitted_tail_bytes"] == 100
+    # damage wins over a tail: exit 1
+    flip(dst, HDR_REGION + 200)
+    assert cli("verify", dst.parent, check=False).returncode == 1
+
+
+def test_closed_file_becomes_durable_in_background(mount_factory, tmp_path):
+    """A file closed and left alone past the interval has its durable mark
+    on disk while the daemon still runs (checked through the anchors'
+    durable_end), and its backing mtime is the write's, not the mark's."""
+    backing = tmp_path / "b"
+    m = mount_factory(options=["compress=zstd:1/4K"], backing=backing)
+    data = make_data(1 << 20, seed=11)
+    with open(m.path("f"), "wb") as f:
+        f.write(data)
+    before = os.stat(backing / "f")
+    time.sleep(DURABLE_WAIT)
+    size = os.path.getsize(backing / "f")
+    marks = []
+    with open(backing / "f", "rb") as f:
+        for off in ANCHOR_OFF:
+            f.seek(off)
+            b = f.read(56)
+            if b[:4] == b"SQCA":
+                marks.append(struct.unpack_from("<Q", b, 40)[0])
+    assert marks and max(marks) == size, (marks, size)
+    after = os.stat(backing / "f")
+    assert after.st_mtime_ns == before.st_mtime_ns
+    assert m.unmount() == 0, m.log()
