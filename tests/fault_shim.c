@@ -8,8 +8,9 @@
  *                   after arming fails (default 1)
  *   SQZ_FAULT_COUNT how many consecutive counted writes fail from the Nth
  *                   on (default 1; 0 = all of them)
- *   SQZ_FAULT_MODE  eio (fail with EIO, nothing written) or short (write
- *                   only half of the bytes and return that count)
+ *   SQZ_FAULT_MODE  eio (fail with EIO, nothing written), short (write
+ *                   only half of the bytes and return that count) or zero
+ *                   (write nothing and return 0: no progress, no error)
  * Build: cc -shared -fPIC -O1 -o fault_shim.so fault_shim.c -ldl
  */
 #define _GNU_SOURCE
@@ -51,9 +52,12 @@ static int decide(int fd)
     if (k < nth || (count > 0 && k >= nth + count))
         return 0;
     const char *mode = getenv("SQZ_FAULT_MODE");
-    int m = (mode && strcmp(mode, "short") == 0) ? 2 : 1;
+    int m = (mode && strcmp(mode, "short") == 0)  ? 2
+            : (mode && strcmp(mode, "zero") == 0) ? 3
+                                                  : 1;
     fprintf(stderr, "fault_shim: injecting %s into write #%ld on %s\n",
-            m == 1 ? "EIO" : "a short write", k, path);
+            m == 1 ? "EIO" : m == 2 ? "a short write" : "a 0-byte write", k,
+            path);
     return m;
 }
 
@@ -67,6 +71,8 @@ ssize_t pwrite(int fd, const void *buf, size_t n, off_t off)
         errno = EIO;
         return -1;
     }
+    if (d == 3)
+        return 0;
     if (d == 2 && n > 1)
         n /= 2;
     return real(fd, buf, n, off);
@@ -87,6 +93,8 @@ ssize_t write(int fd, const void *buf, size_t n)
         errno = EIO;
         return -1;
     }
+    if (d == 3)
+        return 0;
     if (d == 2 && n > 1)
         n /= 2;
     return real(fd, buf, n);
@@ -102,6 +110,8 @@ ssize_t pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
         errno = EIO;
         return -1;
     }
+    if (d == 3)
+        return 0;
     if (d == 2 && cnt > 0 && iov[0].iov_len > 1) {
         struct iovec half = {iov[0].iov_base, iov[0].iov_len / 2};
         return real(fd, &half, 1, off);

@@ -7,6 +7,8 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
+import time
 
 import pytest
 
@@ -217,6 +219,34 @@ def test_backing_write_faults(mount_factory, tmp_path, fault_shim, mode, nth, co
     assert m2.unmount() == 0
     v = run_cli("verify", backing, check=False)
     assert v.returncode == 0, v.stdout + v.stderr
+
+
+def test_plain_file_write_making_no_progress(mount_factory, tmp_path, fault_shim):
+    """A backing pwrite that returns 0 (no progress, no error) fails the
+    write with EIO instead of spinning forever (the plain-file path)."""
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    (backing / "plain.txt").write_bytes(b"not a container\n" * 100)
+    arm = tmp_path / "armed"
+    env = {"LD_PRELOAD": fault_shim, "SQZ_FAULT_DIR": str(backing.resolve()),
+           "SQZ_FAULT_ARM": str(arm), "SQZ_FAULT_NTH": "1",
+           "SQZ_FAULT_COUNT": "0", "SQZ_FAULT_MODE": "zero",
+           "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
+    m = mount_factory(backing=backing, env=env)
+    arm.touch()
+    code = ("import os, sys\n"
+            "fd = os.open(sys.argv[1], os.O_WRONLY)\n"
+            "try:\n"
+            "    os.pwrite(fd, b'x' * 4096, 0)\n"
+            "except OSError as e:\n"
+            "    print(e.errno)\n")
+    r = subprocess.run([sys.executable, "-c", code, m.path("plain.txt")],
+                       capture_output=True, text=True, timeout=30)
+    arm.unlink()
+    assert r.stdout.strip() == str(errno.EIO), (r.stdout, r.stderr, m.log()[-2000:])
+    assert "fault_shim: injecting a 0-byte write" in m.log()
+    assert m.proc.poll() is None, "daemon died:\n" + m.log()[-3000:]
+    assert m.unmount() == 0
 
 
 def test_corruption_is_detected(mount_factory, tmp_path):

@@ -10,6 +10,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 
 import pytest
 
@@ -233,3 +234,66 @@ def test_hostile_containers(mount_factory, tmp_path):
     assert m2.unmount() == 0
     v = run_cli("verify", backing, check=False)
     assert v.returncode == 1, f"verify exit {v.returncode} with hostile containers:\n{v.stdout}{v.stderr}"
+
+
+def test_access_counts_every_supplementary_group(tmp_path):
+    """access(2) through a mount checks all of the caller's supplementary
+    groups, not only the first 64 (a user in more got a false EACCES). The
+    daemon runs as the unprivileged user itself (fusermount3), so the
+    kernel asks squeezefs (op_access) rather than checking modes itself."""
+    import tempfile
+    from mountlib import is_mounted, squeezefs_bin
+    if os.geteuid() != 0:
+        pytest.skip("needs root to set up a user with many groups")
+    if not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
+        pytest.skip("FUSE is not available")
+    uid = 65534
+    groups = list(range(42000, 42000 + 80))  # the file's group is the last
+    base = tempfile.mkdtemp(prefix="sqz-groups-")
+    os.chmod(base, 0o755)
+    backing = os.path.join(base, "backing")
+    mnt = os.path.join(base, "mnt")
+    os.mkdir(backing)
+    os.mkdir(mnt)
+    os.chown(backing, uid, uid)
+    os.chown(mnt, uid, uid)
+    target = os.path.join(backing, "grp.txt")
+    with open(target, "w") as f:
+        f.write("group readable\n")
+    os.chown(target, 0, groups[-1])
+    os.chmod(target, 0o640)
+
+    def demote():
+        os.setgroups(groups)
+        os.setgid(uid)
+        os.setuid(uid)
+    log = open(os.path.join(base, "log"), "wb")
+    proc = subprocess.Popen([squeezefs_bin(), "-f", backing, mnt], stdout=log,
+                            stderr=subprocess.STDOUT, preexec_fn=demote, cwd="/")
+    try:
+        deadline = time.time() + 20
+        while not is_mounted(mnt):
+            assert proc.poll() is None and time.time() < deadline, (
+                open(os.path.join(base, "log")).read())
+            time.sleep(0.05)
+        code = ("import os, sys\n"
+                "p = sys.argv[1]\n"
+                "print(int(os.access(p, os.R_OK)), int(os.access(p, os.W_OK)),\n"
+                "      open(p).read().strip())\n")
+        r = subprocess.run([system_python(), "-c", code, os.path.join(mnt, "grp.txt")],
+                           capture_output=True, text=True, timeout=60,
+                           preexec_fn=demote, cwd="/")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split()[:2] == ["1", "0"], r.stdout
+        assert "group readable" in r.stdout
+    finally:
+        subprocess.run(["fusermount3", "-u", mnt], capture_output=True)
+        if is_mounted(mnt):
+            subprocess.run(["umount", "-l", mnt], capture_output=True)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+        shutil.rmtree(base, ignore_errors=True)

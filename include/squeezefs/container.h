@@ -39,6 +39,14 @@ extern "C" {
 #define SQZ_LOG2BS_MAX 20
 #define SQZ_LOG2BS_DEFAULT 17
 #define SQZ_MAX_LENGTH (1ULL << 44) /* 16 TiB logical */
+/* The largest logical length of a file with 2^log2bs-byte blocks: its full
+ * index must fit one CHECKPOINT record (payload < 4 GiB: 178,956,969
+ * blocks), so 682.7 GiB at 4K blocks, 1.33 TiB at 8K, ... and
+ * SQZ_MAX_LENGTH from 128K blocks on. Writes and truncates past it fail
+ * with -EFBIG up front (never a file that can no longer be synced). */
+uint64_t sqz_max_length(int log2bs);
+/* Most entries one COMMIT can carry (sqz_ctr_commit: -E2BIG beyond). */
+#define SQZ_COMMIT_MAX_ENTRIES ((0xFFFFFFFFull - 16) / 24)
 #define SQZ_MIN_SAVING_DEFAULT 125  /* permille: 12.5% */
 
 /* Compression parameters of one file; recorded in its header. */

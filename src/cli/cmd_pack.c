@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "common/fullio.h"
 
 typedef struct pack_ctx {
     bool unpack;
@@ -81,16 +82,7 @@ static int copy_plain(cli_src *in, int fd, cli_progress *pg)
             size_t k = (size_t)(n - i) < 4096 ? (size_t)(n - i) : 4096;
             if (!memcmp(buf + i, zero, k))
                 continue;
-            for (size_t done = 0; done < k;) {
-                ssize_t w = pwrite(fd, buf + i + done, k - done, (off_t)(off + (uint64_t)i + done));
-                if (w < 0) {
-                    if (errno == EINTR)
-                        continue;
-                    r = -errno;
-                    break;
-                }
-                done += (size_t)w;
-            }
+            r = sqz_pwrite_full(fd, buf + i, k, off + (uint64_t)i);
         }
         off += (uint64_t)n;
         progress_add(pg, (uint64_t)n);

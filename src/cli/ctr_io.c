@@ -251,15 +251,18 @@ static void read_worker(void *arg)
 
 static int write_full(int fd, const void *buf, size_t n, uint64_t off, bool at)
 {
+    if (at)
+        return sqz_pwrite_full(fd, buf, n, off);
     size_t done = 0;
     while (done < n) {
-        ssize_t w = at ? pwrite(fd, (const char *)buf + done, n - done, (off_t)(off + done))
-                       : write(fd, (const char *)buf + done, n - done);
+        ssize_t w = write(fd, (const char *)buf + done, n - done);
         if (w < 0) {
             if (errno == EINTR)
                 continue;
             return -errno;
         }
+        if (w == 0)
+            return -EIO; /* no progress: never a loop */
         done += (size_t)w;
     }
     return 0;

@@ -1014,7 +1014,8 @@ static ssize_t write_locked(sqz_file *f, const void *buf, size_t n,
     const unsigned char *in = buf;
     if (n == 0)
         return 0;
-    if (off > SQZ_MAX_LENGTH || n > SQZ_MAX_LENGTH - off)
+    uint64_t max = sqz_max_length((int)f->log2bs);
+    if (off > max || n > max - off)
         return -EFBIG;
     int err = take_bg_err(f);
     if (err < 0)
@@ -1080,13 +1081,27 @@ static int enforce_global_bound(sqz_file *f)
     return rc;
 }
 
+/* The write's result, given the global bound's commit error rc: a write
+ * that made progress returns its byte count and the error is kept for the
+ * next write, flush, fsync or close (never dropped). f->lock exclusive. */
+static ssize_t write_result(sqz_file *f, ssize_t r, int rc)
+{
+    if (rc >= 0)
+        return r;
+    if (r <= 0)
+        return r < 0 ? r : rc;
+    if (f->bg_err == 0)
+        f->bg_err = rc;
+    return r;
+}
+
 ssize_t sqz_file_write(sqz_file *f, const void *buf, size_t n, uint64_t off)
 {
     pthread_rwlock_wrlock(&f->lock);
     ssize_t r = write_locked(f, buf, n, off);
-    int rc = enforce_global_bound(f);
+    r = write_result(f, r, enforce_global_bound(f));
     pthread_rwlock_unlock(&f->lock);
-    return r == 0 && rc < 0 ? rc : r;
+    return r;
 }
 
 ssize_t sqz_file_append(sqz_file *f, const void *buf, size_t n,
@@ -1095,18 +1110,18 @@ ssize_t sqz_file_append(sqz_file *f, const void *buf, size_t n,
     pthread_rwlock_wrlock(&f->lock);
     uint64_t off = f->length;
     ssize_t r = write_locked(f, buf, n, off);
-    int rc = enforce_global_bound(f);
+    r = write_result(f, r, enforce_global_bound(f));
     pthread_rwlock_unlock(&f->lock);
     if (off_out)
         *off_out = off;
-    return r == 0 && rc < 0 ? rc : r;
+    return r;
 }
 
 /* ---- truncate / flush / fsync ---- */
 
 int sqz_file_truncate(sqz_file *f, uint64_t length)
 {
-    if (length > SQZ_MAX_LENGTH)
+    if (length > sqz_max_length((int)f->log2bs))
         return -EFBIG;
     pthread_rwlock_wrlock(&f->lock);
     int rc = 0;

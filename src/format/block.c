@@ -294,10 +294,12 @@ int sqz_ctr_commit_locked(sqz_ctr *c, sqz_prepared *blocks, size_t n,
         return -EROFS;
     if (c->broken)
         return -EIO;
-    if (new_length > SQZ_MAX_LENGTH)
+    if (new_length > sqz_max_length(c->hdr.params.log2bs))
         return -EFBIG;
     if (n && !blocks)
         return -EINVAL;
+    if ((uint64_t)n + 1 > SQZ_COMMIT_MAX_ENTRIES) /* + the tail fix-up */
+        return -E2BIG;
     if (n == 0 && new_length == c->st.length)
         return 0;
     sqz_prepared fix;
@@ -318,4 +320,13 @@ int sqz_ctr_commit(sqz_ctr *c, sqz_prepared *blocks, size_t n,
     int r = sqz_ctr_commit_locked(c, blocks, n, new_length);
     pthread_rwlock_unlock(&c->lock);
     return r;
+}
+
+uint64_t sqz_max_length(int log2bs)
+{
+    if (log2bs < SQZ_LOG2BS_MIN || log2bs > SQZ_LOG2BS_MAX)
+        return 0;
+    uint64_t blocks = (UINT32_MAX - SQZ_LIST_PREFIX) / SQZ_ENTRY_WIRE;
+    uint64_t max = blocks << log2bs;
+    return max < SQZ_MAX_LENGTH ? max : SQZ_MAX_LENGTH;
 }

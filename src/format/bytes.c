@@ -45,9 +45,10 @@ ssize_t sqz_ctr_pwrite(sqz_ctr *c, const void *buf, size_t n, uint64_t off)
 {
     if (n == 0)
         return 0;
-    if (n > SSIZE_MAX || off > SQZ_MAX_LENGTH || n > SQZ_MAX_LENGTH - off)
-        return -EFBIG;
     int log2bs = ((const sqz_ctr *)c)->hdr.params.log2bs;
+    uint64_t max = sqz_max_length(log2bs);
+    if (n > SSIZE_MAX || off > max || n > max - off)
+        return -EFBIG;
     uint64_t first = off >> log2bs, last = (off + n - 1) >> log2bs;
     size_t count = (size_t)(last - first + 1);
     sqz_prepared *pb = calloc(count, sizeof *pb);

@@ -16,20 +16,7 @@ static ssize_t sys_pread(void *ctx, int fd, void *buf, size_t n, uint64_t off)
 static int sys_pwrite(void *ctx, int fd, const void *buf, size_t n, uint64_t off)
 {
     (void)ctx;
-    size_t done = 0;
-    while (done < n) {
-        ssize_t r = pwrite(fd, (const char *)buf + done, n - done,
-                           (off_t)(off + done));
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -errno;
-        }
-        if (r == 0)
-            return -EIO;
-        done += (size_t)r;
-    }
-    return 0;
+    return sqz_pwrite_full(fd, buf, n, off);
 }
 
 static int sys_sync(void *ctx, int fd, int datasync)

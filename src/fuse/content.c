@@ -501,19 +501,19 @@ void sqz_content_keep_times(struct sqz_inode *in)
  * file, put back the times the user set. */
 static void restore_kept_times(struct sqz_inode *in)
 {
-    struct timespec tv[2];
+    /* meta is held across the check and the utimensat: a writer clears
+     * utimes_kept (note_write_begin) before its data can reach the backing
+     * file, so the user's old times are never put back on new data */
     pthread_mutex_lock(&in->meta);
-    int kept = in->utimes_kept;
-    tv[0] = in->utimes[0];
-    tv[1] = in->utimes[1];
+    if (in->utimes_kept) {
+        struct timespec tv[2] = {in->utimes[0], in->utimes[1]};
+        char pp[64];
+        sqz_proc_path(in->fd, pp, sizeof(pp));
+        if (utimensat(AT_FDCWD, pp, tv, 0) != 0)
+            sqz_logf(1, "squeezefs: restoring file times failed: %s",
+                     strerror(errno));
+    }
     pthread_mutex_unlock(&in->meta);
-    if (!kept)
-        return;
-    char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    if (utimensat(AT_FDCWD, pp, tv, 0) != 0)
-        sqz_logf(1, "squeezefs: restoring file times failed: %s",
-                 strerror(errno));
 }
 
 /* Dead space (replaced blocks) is only reclaimed at a checkpoint, which the
@@ -618,6 +618,15 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
     return r;
 }
 
+/* Before data is written: the times the user set no longer hold (see
+ * restore_kept_times). */
+static void note_write_begin(struct sqz_inode *in)
+{
+    pthread_mutex_lock(&in->meta);
+    in->utimes_kept = 0;
+    pthread_mutex_unlock(&in->meta);
+}
+
 static void note_write(struct sqz_inode *in)
 {
     struct timespec now;
@@ -656,23 +665,14 @@ ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
     if (!h->writable)
         return -EBADF;
     if (h->plain_fd >= 0) {
-        size_t done = 0;
-        while (done < n) {
-            ssize_t r = pwrite(h->plain_fd, (const char *)buf + done, n - done,
-                               (off_t)(off + done));
-            if (r < 0) {
-                if (errno == EINTR)
-                    continue;
-                return done ? (ssize_t)done : -errno;
-            }
-            done += (size_t)r;
-        }
-        return (ssize_t)done;
+        int r = sqz_pwrite_full(h->plain_fd, buf, n, off);
+        return r < 0 ? r : (ssize_t)n;
     }
     int rc = rdlock_materialized(fs, in, buf, n);
     if (rc)
         return rc;
     ssize_t r;
+    note_write_begin(in);
     if (!in->sf) {
         r = -EIO;
     } else if (h->append && !writepage) {
@@ -742,6 +742,7 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
     if (rc == 0 && !in->sf)
         rc = -EIO;
     if (rc == 0 && sqz_file_length(in->sf) < off + len) {
+        note_write_begin(in);
         rc = sqz_file_truncate(in->sf, off + len);
         if (rc == 0)
             note_write(in);

@@ -10,7 +10,9 @@
  *  2. sqz_fs.itable_lock (mutex): the inode hash table, every inode's
  *     dev/ino key, hash link, nlookup and nopen. Never held during I/O.
  *  3. sqz_inode.meta (mutex): the probe/length cache, keep_cache key and
- *     the last write time. Leaf lock, held for a few instructions only.
+ *     the last write time. Leaf lock, held for a few instructions only
+ *     (and across the one utimensat that puts the user's times back after
+ *     bookkeeping writes, so a concurrent writer cannot interleave).
  *  3'. sqz_durable.mu (durable.c): the queue of closed files waiting for
  *     their durable mark. Taken under io (never io under it), never
  *     together with itable_lock or meta.

@@ -412,6 +412,28 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 /* Only reached without default_permissions (then only the mounting user
  * can use the mount): check the mode bits for the caller. */
+/* Is gid one of the caller's supplementary groups? All of them count (a
+ * user may be in hundreds: NGROUPS_MAX is 65536). */
+static int in_supplementary_groups(fuse_req_t req, gid_t gid)
+{
+    gid_t small[64];
+    gid_t *g = small;
+    int n = fuse_req_getgroups(req, 64, small);
+    if (n > 64) {
+        g = malloc((size_t)n * sizeof(*g));
+        if (!g)
+            return 0;
+        int m = fuse_req_getgroups(req, n, g);
+        n = m < n ? m : n; /* the list may have changed meanwhile */
+    }
+    int found = 0;
+    for (int i = 0; i < n && !found; i++)
+        found = g[i] == gid;
+    if (g != small)
+        free(g);
+    return found;
+}
+
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
@@ -443,13 +465,8 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
         bits = (st.st_mode >> 6) & 7;
     } else {
         int ingroup = ctx->gid == st.st_gid;
-        if (!ingroup) {
-            gid_t groups[64];
-            int n = fuse_req_getgroups(req, 64, groups);
-            for (int i = 0; i < n && i < 64; i++)
-                if (groups[i] == st.st_gid)
-                    ingroup = 1;
-        }
+        if (!ingroup)
+            ingroup = in_supplementary_groups(req, st.st_gid);
         bits = ingroup ? (st.st_mode >> 3) & 7 : st.st_mode & 7;
     }
     int need = ((mask & R_OK) ? 4 : 0) | ((mask & W_OK) ? 2 : 0) |

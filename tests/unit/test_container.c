@@ -1375,6 +1375,38 @@ static void test_tail_vs_damage(void)
     close(fd);
 }
 
+/* Limits of the index: a file whose full index would not fit a
+ * CHECKPOINT is refused up front (-EFBIG), and an oversized COMMIT is
+ * rejected before anything is written (-E2BIG). */
+static void test_size_limits(void)
+{
+    CHECK_EQ_INT(sqz_max_length(12), 178956969ull << 12);
+    CHECK_EQ_INT(sqz_max_length(16), 178956969ull << 16);
+    CHECK_EQ_INT(sqz_max_length(17), SQZ_MAX_LENGTH);
+    CHECK_EQ_INT(sqz_max_length(20), SQZ_MAX_LENGTH);
+    sqz_params p = mkparams(SQZ_ALG_LZ4, 0, 12);
+    sqz_ctr *c = create_mem(&p);
+    uint64_t max = sqz_max_length(12);
+    CHECK_EQ_INT(sqz_ctr_truncate(c, max + 1), -EFBIG);
+    char b[16] = "x";
+    CHECK_EQ_INT(sqz_ctr_pwrite(c, b, sizeof b, max - 8), -EFBIG);
+    CHECK_EQ_INT(sqz_ctr_truncate(c, max), 0); /* sparse: fits */
+    CHECK_EQ_INT(sqz_ctr_pwrite(c, b, sizeof b, max - 16), 16);
+    CHECK_EQ_INT(sqz_ctr_sync(c, 1), 0);
+    CHECK_EQ_INT(sqz_ctr_checkpoint(c), 0);
+    sqz_prepared one;
+    memset(&one, 0, sizeof one);
+    CHECK_EQ_INT(sqz_ctr_commit(c, &one, (size_t)SQZ_COMMIT_MAX_ENTRIES, 4096),
+                 -E2BIG);
+    CHECK_EQ_INT(sqz_ctr_length(c), max);
+    c = reopen(c, SQZ_OPEN_RDONLY);
+    CHECK_EQ_INT(sqz_ctr_length(c), max);
+    char got[16];
+    CHECK_EQ_INT(sqz_ctr_pread(c, got, sizeof got, max - 16), 16);
+    CHECK(memcmp(got, b, sizeof b) == 0);
+    CHECK_EQ_INT(sqz_ctr_close(c), 0);
+}
+
 int main(void)
 {
     logsink sink = {0, getenv("SQZ_TEST_VERBOSE") != NULL};
@@ -1398,6 +1430,7 @@ int main(void)
                (double)(t1.tv_nsec - t0.tv_nsec) / 1e9); t0 = t1; } while (0)
     PHASE(test_paths());
     PHASE(test_tail_vs_damage());
+    PHASE(test_size_limits());
     PHASE(test_rot_in_synced_log());
     PHASE(test_corruption());
     PHASE(test_roundtrip());

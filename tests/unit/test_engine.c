@@ -6,6 +6,8 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <sys/resource.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -1171,6 +1173,54 @@ static void test_write_overlap(void)
     unlink(path);
 }
 
+/* A commit that fails at the global dirty bound after the write itself
+ * succeeded is not dropped: the next fsync reports it even though the
+ * failure was transient (the retried commit succeeds). Two files: A holds
+ * the global bound's worth of dirty blocks, so B's first block takes B
+ * over it after the write (B commits its own data then). */
+static void test_bound_commit_error_surfaces(void)
+{
+    char pa[4096], pb[4096];
+    const size_t bs = 4096;
+    sqz_engine_opts o = {.threads = 1, .dirty_bytes_file = 64 * bs,
+                         .dirty_bytes_max = 4 * bs, .dirty_expire_ms = 60000};
+    sqz_engine *e;
+    REQUIRE(sqz_engine_new(&o, &e) == 0);
+    path_of(pa, sizeof pa, "bounderr-a");
+    path_of(pb, sizeof pb, "bounderr-b");
+    sqz_file *a = create_file(e, pa, SQZ_ALG_LZ4, 12);
+    sqz_file *b = create_file(e, pb, SQZ_ALG_LZ4, 12);
+    unsigned char buf[4096 / 2];
+    memset(buf, 'a', sizeof buf);
+    for (int i = 0; i < 4; i++) /* half blocks stay dirty */
+        CHECK_EQ_INT(sqz_file_write(a, buf, sizeof buf, (uint64_t)i * bs),
+                     (ssize_t)sizeof buf);
+    /* a file size limit at the containers' current size makes commits fail
+     * (EFBIG; a failed append is truncated back, which the limit allows) */
+    struct rlimit old, lim;
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    struct stat st;
+    REQUIRE(stat(pb, &st) == 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)st.st_size;
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    ssize_t w = sqz_file_write(b, buf, sizeof buf, 0);
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &old) == 0); /* the fault goes away */
+    signal(SIGXFSZ, prev);
+    CHECK_EQ_INT(w, (ssize_t)sizeof buf); /* the bytes were taken */
+    CHECK_EQ_INT(sqz_file_fsync(b, 1), -EFBIG);
+    CHECK_EQ_INT(sqz_file_fsync(b, 1), 0); /* reported once, data kept */
+    unsigned char got[4096 / 2];
+    CHECK_EQ_INT(sqz_file_read(b, got, sizeof got, 0), (ssize_t)sizeof got);
+    CHECK(memcmp(got, buf, sizeof got) == 0);
+    (void)sqz_file_close(a); /* may report the flusher's failed commit */
+    CHECK_EQ_INT(sqz_file_close(b), 0);
+    sqz_engine_free(e);
+    unlink(pa);
+    unlink(pb);
+}
+
 int main(void)
 {
     test_pool();
@@ -1194,6 +1244,7 @@ int main(void)
     test_dirty_bound();
     test_flusher();
     test_write_overlap();
+    test_bound_commit_error_surfaces();
 
     rmdir(tmpdir);
     free(tmpdir);
