@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -271,6 +272,20 @@ static int build_fuse_args(struct sqz_fs *fs, const char *prog, int debug,
     return rc ? -1 : 0;
 }
 
+/* Every inode the kernel holds keeps an O_PATH fd, and closed files wait
+ * for their durable mark with their fd open (durable.c): take the hard
+ * limit, as other FUSE file systems do, instead of the default 1024. */
+static void raise_fd_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            sqz_logf(1, "cannot raise the open file limit: %s",
+                     strerror(errno));
+    }
+}
+
 static int ncores(void)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -310,6 +325,7 @@ int sqz_mount_main(int argc, char **argv)
      * cache + 64 MiB. One arena keeps it near cache + dirty data; the
      * malloc lock is not a bottleneck next to (de)compression. */
     mallopt(M_ARENA_MAX, 1);
+    raise_fd_limit();
     memset(fs, 0, sizeof(*fs));
     pthread_mutex_init(&fs->readahead_mu, NULL); /* cannot fail (defaults) */
     fs->root_dirfd = -1;
