@@ -18,6 +18,7 @@ static const command commands[] = {
     {"unpack", cmd_unpack, "unpack SRC DST"},
     {"cat", cmd_cat, "cat FILE..."},
     {"stat", cmd_stat, "stat [--json] PATH..."},
+    {"du", cmd_du, "du [--json] [--by-dir] PATH..."},
     {"verify", cmd_verify, "verify [-v] PATH..."},
     {"stats", cmd_stats, "stats [--json] MOUNTPOINT"},
     {"policy", cmd_policy,
