@@ -184,16 +184,20 @@ def test_stat_figures(cli, tmp_path):
     assert r["algorithm"] == "zstd" and r["zipLevel"] == 3 and r["logicalBlockSize"] == 16
     assert r["auto"] is False
     assert r["compressedLength"] == r["backingSize"] == os.path.getsize(tmp_path / "random.sqz")
+    # raw blocks are stored whole; the container adds header, index, commits
+    assert r["storedBytes"] == 64 * 1024 * 6 < r["compressedLength"]
 
     z = stat_json(cli, tmp_path / "zeros.sqz")
     assert z["blocks"] == 8 and z["holeBlocks"] == 8 and z["rawBlocks"] == 0
     assert z["ratio"] > 10
+    assert z["storedBytes"] == 0  # holes only
 
     t = stat_json(cli, tmp_path / "text.sqz")
     assert (t["algorithm"], t["zipLevel"], t["logicalBlockSize"]) == ("gzip", 6, 17)
     assert t["uncompressedLength"] == 400_000
     assert t["ratio"] == pytest.approx(400_000 / t["compressedLength"], rel=1e-3)
     assert t["ratio"] > 2
+    assert 0 < t["storedBytes"] < t["compressedLength"]
 
     many = stat_json(cli, tmp_path / "random.sqz", tmp_path / "text.sqz")
     assert isinstance(many, list) and len(many) == 2
@@ -371,6 +375,10 @@ def test_on_mount_stat_stats_policy(cli, mnt):
     info = stat_json(cli, mnt.path("f.txt"))
     assert info["uncompressedLength"] == len(data)
     assert info["algorithm"] == "zstd" and info["logicalBlockSize"] == 17
+    assert 0 < info["storedBytes"] < info["compressedLength"] < len(data)
+    # the daemon and the container itself agree
+    assert stat_json(cli, os.path.join(mnt.backing, "f.txt"))["storedBytes"] == \
+        info["storedBytes"]
     stats = json.loads(cli("stats", "--json", mnt.mnt).stdout)
     assert STATS_KEYS <= set(stats)
     assert stats["logical_bytes_written"] >= len(data)
