@@ -25,6 +25,10 @@ int cmd_recompress(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_du(int argc, char **argv);
 
+/* help.c: the full help of command (usage, options, examples, exit
+ * status) on out. 0, or -ENOENT for a word that is not a command. */
+int cli_help(FILE *out, const char *command);
+
 /* Exit statuses shared by all commands. */
 #define CLI_OK 0
 #define CLI_FAIL 1  /* an operation failed / something is damaged */
