@@ -554,7 +554,8 @@ int cmd_du(int argc, char **argv)
         cli_err("du: %s", strerror(r < 0 ? -r : ENOMEM));
         rc = CLI_FAIL;
     } else {
-        qsort(x.algs, x.nalgs, sizeof *x.algs, cmp_alg);
+        if (x.nalgs)
+            qsort(x.algs, x.nalgs, sizeof *x.algs, cmp_alg);
         du_fig containers = {0}, total;
         for (size_t i = 0; i < x.nalgs; i++)
             fig_add(&containers, &x.algs[i].f);
