@@ -3,6 +3,7 @@ verify, policy and recompress on files in temp dirs."""
 import json
 import os
 import random
+import re
 import stat as st_mod
 
 import pytest
@@ -81,14 +82,66 @@ def stat_json(cli, *paths):
 
 # ---- dispatch ----
 
+COMMANDS = ["pack", "unpack", "cat", "stat", "du", "verify", "stats", "policy",
+            "recompress", "bench"]
+
+
+def listed_commands(cli):
+    """{command: its usage line(s)} as `squeezefs --help` lists them."""
+    out = cli("--help").stdout
+    section = out.split("commands:\n", 1)[1].split("\n\n", 1)[0]
+    usages, cur = {}, None
+    for line in section.splitlines():
+        if line.startswith("        ") and cur:  # continuation (bench)
+            usages[cur] += " " + line.strip()
+        elif line.startswith("  "):
+            cur = line.split()[0]
+            usages[cur] = line.strip()
+    usages.pop("help", None)
+    usages.pop("--version", None)
+    return usages
+
+
 def test_help_lists_commands_and_mount_usage(cli):
     out = cli("--help").stdout
-    for c in ["pack", "unpack", "cat", "stat", "verify", "stats", "policy",
-              "recompress", "bench"]:
-        assert c in out
+    assert sorted(listed_commands(cli)) == sorted(COMMANDS)
     assert "MOUNTPOINT" in out
+    assert "help [COMMAND]" in out
     assert cli("help").stdout == out
     assert cli("-h").stdout == out
+
+
+def test_help_command_for_every_command(cli):
+    """help COMMAND and COMMAND --help: usage, every option of the usage
+    line (and policy's subcommands, bench's goals), examples, exit status."""
+    for c, usage in listed_commands(cli).items():
+        h = cli("help", c).stdout
+        assert len(h.splitlines()) >= 12, (c, h)
+        assert f"usage: squeezefs {c}" in h, c
+        assert "\nexamples:\n  squeezefs " in h, c
+        assert "\nexit status:\n  0  " in h and "\n  2  " in h, c
+        opts = re.findall(r"(?<![\w-])--?[a-zA-Z][\w-]*", usage)
+        words = re.findall(r"(?<![\w.-])[a-z][a-z]+(?![\w.])", usage[len(c):])
+        for o in opts + words:
+            assert o in h, (c, o)
+        assert cli(c, "--help").stdout == h, c
+        assert cli(c, "-h").stdout == h, c
+    # the options that are there for sure, so the parsing above cannot pass
+    # by finding nothing
+    assert "--by-dir" in cli("help", "du").stdout
+    for o in ("--tmpdir", "--dump", "--gen", "--where", "--recommend"):
+        assert o in listed_commands(cli)["bench"]
+    assert "compress=SPEC" in cli("help", "mount").stdout
+
+
+def test_help_unknown_command(cli):
+    for args in (["help", "nosuch"], ["help", "du", "extra"], ["help", "--json"]):
+        p = cli(*args, check=False)
+        assert p.returncode == 2, args
+        assert p.stdout == "", args
+    p = cli("help", "nosuch", check=False)
+    assert "unknown command 'nosuch'" in p.stderr
+    assert "du [--json] [--by-dir] PATH..." in p.stderr  # the list of commands
 
 
 def test_version(cli):
@@ -184,16 +237,20 @@ def test_stat_figures(cli, tmp_path):
     assert r["algorithm"] == "zstd" and r["zipLevel"] == 3 and r["logicalBlockSize"] == 16
     assert r["auto"] is False
     assert r["compressedLength"] == r["backingSize"] == os.path.getsize(tmp_path / "random.sqz")
+    # raw blocks are stored whole; the container adds header, index, commits
+    assert r["storedBytes"] == 64 * 1024 * 6 < r["compressedLength"]
 
     z = stat_json(cli, tmp_path / "zeros.sqz")
     assert z["blocks"] == 8 and z["holeBlocks"] == 8 and z["rawBlocks"] == 0
     assert z["ratio"] > 10
+    assert z["storedBytes"] == 0  # holes only
 
     t = stat_json(cli, tmp_path / "text.sqz")
     assert (t["algorithm"], t["zipLevel"], t["logicalBlockSize"]) == ("gzip", 6, 17)
     assert t["uncompressedLength"] == 400_000
     assert t["ratio"] == pytest.approx(400_000 / t["compressedLength"], rel=1e-3)
     assert t["ratio"] > 2
+    assert 0 < t["storedBytes"] < t["compressedLength"]
 
     many = stat_json(cli, tmp_path / "random.sqz", tmp_path / "text.sqz")
     assert isinstance(many, list) and len(many) == 2
@@ -371,6 +428,10 @@ def test_on_mount_stat_stats_policy(cli, mnt):
     info = stat_json(cli, mnt.path("f.txt"))
     assert info["uncompressedLength"] == len(data)
     assert info["algorithm"] == "zstd" and info["logicalBlockSize"] == 17
+    assert 0 < info["storedBytes"] < info["compressedLength"] < len(data)
+    # the daemon and the container itself agree
+    assert stat_json(cli, os.path.join(mnt.backing, "f.txt"))["storedBytes"] == \
+        info["storedBytes"]
     stats = json.loads(cli("stats", "--json", mnt.mnt).stdout)
     assert STATS_KEYS <= set(stats)
     assert stats["logical_bytes_written"] >= len(data)

@@ -28,6 +28,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIO_DIR = os.path.join(ROOT, "tools", "fio")
 ALL_JOBS = ["seq-write-1m", "seq-read-1m", "rand-read-4k", "log-append",
             "mixed-randrw"]
+# Jobs that repeat until --runtime is over (the others stop after one pass
+# over the file, or at --runtime).
+TIME_BASED = {"rand-read-4k", "mixed-randrw"}
 PASSTHROUGH_OPTS = "cache.files=partial,category.create=ff,minfreespace=0,fsname=passthrough"
 
 
@@ -159,10 +162,22 @@ def du_bytes(path):
     return total
 
 
-def run_fio(jobfile, workdir, args, extra=(), out=None):
-    env = dict(os.environ, DIR=workdir, SIZE=args.size, RUNTIME=str(args.runtime))
-    cmd = ["fio", "--output-format=json"] + list(extra) + [jobfile]
-    p = subprocess.run(cmd, capture_output=True, text=True, env=env,
+def fio_cmd(job, workdir, args, extra=()):
+    """The fio command line of a job. The job files set no directory and no
+    time limit, and a default size=256m; fio lets a job file's options win
+    over the same options on its command line, so the size is given as
+    --filesize (fio caps the I/O at the file size) and --io_size."""
+    cmd = ["fio", "--output-format=json", f"--directory={workdir}",
+           f"--filesize={args.size}", f"--io_size={args.size}",
+           f"--runtime={args.runtime}"]
+    if job in TIME_BASED:
+        cmd.append("--time_based=1")
+    return cmd + list(extra) + [os.path.join(FIO_DIR, job + ".fio")]
+
+
+def run_fio(job, workdir, args, extra=(), out=None):
+    cmd = fio_cmd(job, workdir, args, extra)
+    p = subprocess.run(cmd, capture_output=True, text=True,
                        cwd=FIO_DIR, timeout=args.runtime * 20 + 600)
     if p.returncode != 0:
         raise RuntimeError(f"fio failed ({p.returncode}) in {workdir}:\n{p.stderr[-3000:]}")
@@ -180,10 +195,10 @@ def measure_once(job, target, args, base, cache_state):
     try:
         d = target.setup(base, args)
         if job_reads(jobfile):
-            run_fio(jobfile, d, args, extra=["--create_only=1"])
+            run_fio(job, d, args, extra=["--create_only=1"])
             target.remount()            # cold daemon cache
         drop_caches(cache_state)        # cold page cache
-        res = run_fio(jobfile, d, args, out=os.path.join(base, "fio.json"))
+        res = run_fio(job, d, args, out=os.path.join(base, "fio.json"))
         os.sync()
         stored = du_bytes(target.backing)
     finally:

@@ -23,6 +23,11 @@ int cmd_stats(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_recompress(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_du(int argc, char **argv);
+
+/* help.c: the full help of command (usage, options, examples, exit
+ * status) on out. 0, or -ENOENT for a word that is not a command. */
+int cli_help(FILE *out, const char *command);
 
 /* Exit statuses shared by all commands. */
 #define CLI_OK 0
@@ -53,9 +58,19 @@ typedef struct cli_progress {
     uint64_t done;
     double start;
     double last_draw;
+    bool walk;      /* progress_init_walk: files and bytes, no total */
+    uint64_t items;
+    double delay;   /* seconds before the first draw */
+    bool drawn;
 } cli_progress;
 void progress_init(cli_progress *p, const char *label, uint64_t total);
+/* For a walk of unknown size: "label  N files  X MiB", drawn (tty only) once
+ * delay seconds have passed, so short walks show nothing; progress_finish
+ * erases the line. Count with progress_item. */
+void progress_init_walk(cli_progress *p, const char *label, double delay);
 void progress_add(cli_progress *p, uint64_t n);
+/* One more item (file) of n bytes. */
+void progress_item(cli_progress *p, uint64_t n);
 void progress_set_total(cli_progress *p, uint64_t total);
 void progress_finish(cli_progress *p);
 
@@ -111,6 +126,25 @@ int cli_on_mount(const char *path);
  * NUL-terminated string. 0 or negative errno. */
 int cli_get_xattr(const char *path, const char *name, char **out);
 
+/* ---- ctr_stat.c: the figures of one container (stat, du) ---- */
+typedef struct cli_ctr_figures {
+    uint64_t compressed;   /* compressedLength: size of the backing file (kdb+) */
+    uint64_t uncompressed; /* logical length */
+    uint64_t stored;       /* storedBytes: stored bytes of the live blocks */
+    char algorithm[32];
+    int level, log2bs;
+    uint64_t blocks, raw_blocks, hole_blocks;
+    double ratio;          /* uncompressed / compressed */
+    uint64_t backing_size, backing_alloc; /* st_size, st_blocks*512 */
+    bool is_auto;
+} cli_ctr_figures;
+/* Figures of the container at path: from the daemon (on_mount, see
+ * cli_on_mount) or by opening the file. 0; -EMEDIUMTYPE: not a container (a
+ * plain file); a damaged container: -EBADMSG off a mount, -EIO on one;
+ * -EPROTO: the daemon's answer lacks a figure (message printed); other
+ * negative errno from the file system. */
+int cli_ctr_figures_get(const char *path, bool on_mount, cli_ctr_figures *out);
+
 /* ---- ctr_io.c: moving bytes into and out of containers ---- */
 /* A source of logical bytes: a container or a plain file (or memory). */
 typedef struct cli_src {
@@ -159,6 +193,15 @@ int cli_fsync_parent(const char *path);
 typedef int (*tree_fn)(void *user, const char *path, const char *relpath,
                        const struct stat *st);
 int tree_walk(const char *root, tree_fn pre, tree_fn post, void *user);
+/* The same, but an entry that cannot be examined (lstat fails) or a
+ * directory that cannot be listed is handed to on_err with the negative
+ * errno instead of ending the walk: 0 from on_err goes on (skipping that
+ * entry or the directory's children; its post callback still runs), nonzero
+ * stops the walk and is returned. Running out of memory always stops it. */
+typedef int (*tree_err_fn)(void *user, const char *path, const char *relpath,
+                           int err);
+int tree_walk_err(const char *root, tree_fn pre, tree_fn post, tree_err_fn on_err,
+                  void *user);
 /* Join a and b with '/' into a malloc'd string (NULL on ENOMEM). */
 char *path_join(const char *a, const char *b);
 

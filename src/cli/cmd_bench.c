@@ -269,11 +269,6 @@ int cmd_bench(int argc, char **argv)
             quick = true;
             continue;
         }
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            usage();
-            rc = CLI_OK;
-            goto out;
-        }
         if (a[0] != '-' || !a[1]) {
             files[nfiles++] = argv[i];
             continue;

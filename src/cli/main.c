@@ -18,6 +18,7 @@ static const command commands[] = {
     {"unpack", cmd_unpack, "unpack SRC DST"},
     {"cat", cmd_cat, "cat FILE..."},
     {"stat", cmd_stat, "stat [--json] PATH..."},
+    {"du", cmd_du, "du [--json] [--by-dir] PATH..."},
     {"verify", cmd_verify, "verify [-v] [--json] PATH..."},
     {"stats", cmd_stats, "stats [--json] MOUNTPOINT"},
     {"policy", cmd_policy,
@@ -27,7 +28,7 @@ static const command commands[] = {
     {"bench", cmd_bench,
      "bench [--lbs 12..20|LIST] [--alg LIST] [--level LIST|RANGE] [--runs N]\n"
      "        [--threads N] [--csv FILE] [--plot DIR] [--where EXPR]\n"
-     "        [--recommend ratio|write|read|balanced] [--quick] [--seed N]\n"
+     "        [--recommend ratio|write|read|balanced] [--quick] [--seed N] [--tmpdir DIR]\n"
      "        FILE... | --gen GENERATOR[,GENERATOR...] [--size BYTES]"
      " [--dump FILE]"},
 };
@@ -40,7 +41,34 @@ static void print_commands(FILE *out)
                  "commands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(out, "  %s\n", commands[i].usage);
-    fprintf(out, "  help | --help | -h\n  --version\n");
+    fprintf(out, "  help [COMMAND] | COMMAND --help | --help | -h\n  --version\n");
+}
+
+static const command *find_command(const char *word)
+{
+    for (size_t i = 0; i < NCOMMANDS; i++)
+        if (!strcmp(word, commands[i].name))
+            return &commands[i];
+    return NULL;
+}
+
+static int unknown_command(const char *word)
+{
+    cli_err("unknown command '%s'", word);
+    print_commands(stderr);
+    return CLI_USAGE;
+}
+
+/* help COMMAND: the command's full help; "mount" is the mount command line. */
+static int help_command(const char *word)
+{
+    if (!strcmp(word, "mount")) {
+        sqz_mount_usage(stdout);
+        return CLI_OK;
+    }
+    if (!find_command(word) || cli_help(stdout, word) < 0)
+        return unknown_command(word);
+    return CLI_OK;
 }
 
 static void print_help(FILE *out)
@@ -57,6 +85,13 @@ int main(int argc, char **argv)
         return CLI_USAGE;
     }
     const char *word = argv[1];
+    if (!strcmp(word, "help") && argc > 2) {
+        if (argc > 3) {
+            cli_err("help takes one COMMAND");
+            return CLI_USAGE;
+        }
+        return help_command(argv[2]);
+    }
     if (!strcmp(word, "help") || !strcmp(word, "--help") || !strcmp(word, "-h")) {
         print_help(stdout);
         return CLI_OK;
@@ -65,17 +100,18 @@ int main(int argc, char **argv)
         printf("squeezefs %s\n", SQZ_VERSION);
         return CLI_OK;
     }
-    for (size_t i = 0; i < NCOMMANDS; i++)
-        if (!strcmp(word, commands[i].name))
-            return commands[i].run(argc - 1, argv + 1);
+    const command *c = find_command(word);
+    if (c) {
+        for (int i = 2; i < argc; i++)
+            if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
+                return help_command(word);
+        return c->run(argc - 1, argv + 1);
+    }
 
     /* A lone word that is neither a command nor a directory is a typo, not
      * a mount command line. */
     struct stat st;
-    if (argc == 2 && word[0] != '-' && !(stat(word, &st) == 0 && S_ISDIR(st.st_mode))) {
-        cli_err("unknown command '%s'", word);
-        print_commands(stderr);
-        return CLI_USAGE;
-    }
+    if (argc == 2 && word[0] != '-' && !(stat(word, &st) == 0 && S_ISDIR(st.st_mode)))
+        return unknown_command(word);
     return sqz_mount_main(argc, argv);
 }

@@ -76,35 +76,58 @@ static int list_dir(const char *dir, char ***out, size_t *count)
     return 0;
 }
 
-static int walk(const char *path, const char *rel, tree_fn pre, tree_fn post,
-                void *user)
+typedef struct walk_fns {
+    tree_fn pre, post;
+    tree_err_fn on_err;
+    void *user;
+} walk_fns;
+
+/* An error at path: the caller's on_err decides (0 = go on), else it stops
+ * the walk. */
+static int failed(const walk_fns *w, const char *path, const char *rel, int err)
+{
+    return w->on_err ? w->on_err(w->user, path, rel, err) : err;
+}
+
+static int walk(const char *path, const char *rel, const walk_fns *w)
 {
     struct stat st;
     if (lstat(path, &st) < 0)
-        return -errno;
-    int r = pre(user, path, rel, &st);
+        return failed(w, path, rel, -errno);
+    int r = w->pre(w->user, path, rel, &st);
     if (r || !S_ISDIR(st.st_mode))
         return r;
     char **names = NULL;
     size_t n = 0;
-    if ((r = list_dir(path, &names, &n)) < 0)
-        return r;
+    if ((r = list_dir(path, &names, &n)) < 0) {
+        if (r == -ENOMEM || (r = failed(w, path, rel, r)) != 0)
+            return r;
+        n = 0; /* go on without its children */
+    }
     for (size_t i = 0; i < n && r == 0; i++) {
         char *cp = path_join(path, names[i]);
         char *cr = path_join(rel, names[i]);
-        r = (cp && cr) ? walk(cp, cr, pre, post, user) : -ENOMEM;
+        r = (cp && cr) ? walk(cp, cr, w) : -ENOMEM;
         free(cp);
         free(cr);
     }
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);
-    if (r == 0 && post)
-        r = post(user, path, rel, &st);
+    if (r == 0 && w->post)
+        r = w->post(w->user, path, rel, &st);
     return r;
 }
 
 int tree_walk(const char *root, tree_fn pre, tree_fn post, void *user)
 {
-    return walk(root, "", pre, post, user);
+    walk_fns w = {.pre = pre, .post = post, .user = user};
+    return walk(root, "", &w);
+}
+
+int tree_walk_err(const char *root, tree_fn pre, tree_fn post, tree_err_fn on_err,
+                  void *user)
+{
+    walk_fns w = {.pre = pre, .post = post, .on_err = on_err, .user = user};
+    return walk(root, "", &w);
 }

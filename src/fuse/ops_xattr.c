@@ -75,17 +75,19 @@ static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)
 {
     const char *alg = sqz_alg_name(st->params.alg);
     /* As kdb+ (-21!) and `squeezefs stat` on BACKING: the compressed
-     * length is the size of the backing file. */
+     * length is the size of the backing file; storedBytes are the stored
+     * (compressed or raw) bytes of the live blocks alone. */
     uint64_t clen = st->backing_size;
     double ratio = clen ? (double)st->length / (double)clen : 0.0;
     return snprintf(buf, n,
         "{\"compressedLength\": %" PRIu64 ", \"uncompressedLength\": %" PRIu64
+        ", \"storedBytes\": %" PRIu64
         ", \"algorithm\": \"%s\", \"zipLevel\": %d, \"logicalBlockSize\": %d"
         ", \"blocks\": %" PRIu64 ", \"rawBlocks\": %" PRIu64
         ", \"holeBlocks\": %" PRIu64 ", \"ratio\": %.4f"
         ", \"backingSize\": %" PRIu64 ", \"backingAlloc\": %" PRIu64
         ", \"auto\": %s}",
-        clen, st->length, alg ? alg : "unknown",
+        clen, st->length, st->compressed_bytes, alg ? alg : "unknown",
         st->params.level, st->params.log2bs, st->blocks, st->raw_blocks,
         st->hole_blocks, ratio, st->backing_size, st->backing_alloc,
         st->params.auto_mode ? "true" : "false");
