@@ -57,6 +57,7 @@ def test_kill9_during_workload(mount_factory, tmp_path, options):
                               + f"\n--- daemon log:\n{m2.log()[-3000:]}")
         assert rc == 0, f"round {r} seed {seed}: daemon exit {rc}:\n{m2.log()[-3000:]}"
         v = run_cli("verify", backing, check=False)
-        assert v.returncode == 0, (f"round {r} seed {seed} (base {base}): verify exit "
+        # 3: an uncommitted tail a crash left (named, not damage)
+        assert v.returncode in (0, 3), (f"round {r} seed {seed} (base {base}): verify exit "
                                    f"{v.returncode}:\n{v.stdout}\n{v.stderr}")
         print(f"round {r} seed {seed}: ok, {checked} fsync'ed records checked exactly")

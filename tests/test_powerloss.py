@@ -215,7 +215,8 @@ def test_power_loss(mount_factory, tmp_path, shim):
         assert not problems, ctx + "\n" + "\n".join(problems[:20]) + f"\n--- daemon log:\n{m2.log()[-3000:]}"
         assert rc == 0, f"{ctx}: daemon exit {rc}:\n{m2.log()[-3000:]}"
         v = run_cli("verify", backing, check=False)
-        assert v.returncode == 0, f"{ctx}: verify exit {v.returncode}:\n{v.stdout}\n{v.stderr}"
+        # 3: an uncommitted tail the power loss left (named, not damage)
+        assert v.returncode in (0, 3), f"{ctx}: verify exit {v.returncode}:\n{v.stdout}\n{v.stderr}"
         print(f"{ctx}: ok, {len(recs)} journal records, {checked} fsync'ed records checked")
 
 

@@ -25,7 +25,8 @@ def algorithm(path):
 
 
 def check_old_or_new(path, data, algs):
-    assert run_cli("verify", path, check=False).returncode == 0
+    # 3: an uncommitted tail the kill left (named, not damage)
+    assert run_cli("verify", path, check=False).returncode in (0, 3)
     got = subprocess.run([squeezefs_bin(), "cat", path], capture_output=True)
     assert got.returncode == 0, got.stderr
     assert got.stdout == data, f"{path}: content changed by an interrupted recompress"
