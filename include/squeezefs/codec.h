@@ -31,7 +31,8 @@ typedef enum sqz_alg {
     SQZ_ALG_LZ4 = 6,
 } sqz_alg;
 
-#define SQZ_ALG_COUNT 6 /* number of supported algorithms */
+#define SQZ_ALG_COUNT 6 /* number of supported algorithms (checked against
+                          * the codec table at compile time) */
 
 /* Supported algorithms in a stable display order: none, gzip, snappy, lz4,
  * lz4hc, zstd. */
@@ -41,6 +42,12 @@ extern const sqz_alg sqz_all_algs[SQZ_ALG_COUNT];
 const char *sqz_alg_name(sqz_alg alg);
 /* 1 if alg is a supported id, else 0. */
 int sqz_alg_valid(int alg);
+/* The valid names for messages, in display order:
+ * "none, gzip (alias zlib), snappy, lz4, lz4hc, zstd". */
+const char *sqz_alg_names(void);
+/* The kdb+ numbers for messages: "0 none, 2 gzip, 3 snappy, 4 lz4hc or
+ * 5 zstd". */
+const char *sqz_alg_kdb_names(void);
 /* Look up by name (case-insensitive; "zlib" is an alias of gzip).
  * -EINVAL if unknown; if err != NULL a message listing the valid names is
  * written to err (NUL-terminated, truncated to errlen). */

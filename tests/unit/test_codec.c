@@ -35,6 +35,20 @@ static void test_registry(void)
         CHECK(sqz_level_min(a) <= sqz_level_default(a));
         CHECK(sqz_level_default(a) <= sqz_level_max(a));
     }
+    /* the table: names and kdb+ numbers are unique, ids valid */
+    for (int i = 0; i < SQZ_ALG_COUNT; i++)
+        for (int j = i + 1; j < SQZ_ALG_COUNT; j++) {
+            sqz_alg a = sqz_all_algs[i], b = sqz_all_algs[j];
+            CHECK(a != b);
+            CHECK(strcmp(sqz_alg_name(a), sqz_alg_name(b)) != 0);
+            CHECK(sqz_alg_kdb_number(a) < 0 ||
+                  sqz_alg_kdb_number(a) != sqz_alg_kdb_number(b));
+        }
+    /* the name lists of messages are generated from the table */
+    CHECK(strcmp(sqz_alg_names(),
+                 "none, gzip (alias zlib), snappy, lz4, lz4hc, zstd") == 0);
+    CHECK(strcmp(sqz_alg_kdb_names(),
+                 "0 none, 2 gzip, 3 snappy, 4 lz4hc or 5 zstd") == 0);
     CHECK_EQ_INT(SQZ_ALG_NONE, 0);
     CHECK_EQ_INT(SQZ_ALG_GZIP, 2);
     CHECK_EQ_INT(SQZ_ALG_SNAPPY, 3);
