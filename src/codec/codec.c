@@ -154,11 +154,6 @@ int sqz_alg_from_kdb(int number, sqz_alg *out, char *err, size_t errlen)
             return 0;
         }
     }
-    if (number == 1) {
-        sqz_errf(err, errlen, "kdb+ algorithm 1 (q IPC) is not supported; use %s",
-                sqz_alg_kdb_names());
-        return -ENOTSUP;
-    }
     sqz_errf(err, errlen, "unknown kdb+ algorithm %d; use %s", number,
             sqz_alg_kdb_names());
     return -EINVAL;

@@ -59,7 +59,8 @@ typedef struct sqz_codec_ops {
     X(SQZ_ALG_SNAPPY, "snappy", NULL,    3,  0,  0, 0, sqz_snappy_ops)     \
     X(SQZ_ALG_LZ4,    "lz4",    NULL,   -1,  0,  0, 0, sqz_lz4_ops)        \
     X(SQZ_ALG_LZ4HC,  "lz4hc",  NULL,    4,  1, 12, 9, sqz_lz4hc_ops)      \
-    X(SQZ_ALG_ZSTD,   "zstd",   NULL,    5, -7, 22, 3, sqz_zstd_ops)
+    X(SQZ_ALG_ZSTD,   "zstd",   NULL,    5, -7, 22, 3, sqz_zstd_ops)       \
+    X(SQZ_ALG_QIPC,   "qipc",   NULL,    1,  0,  0, 0, sqz_qipc_ops)
 
 #define SQZ_CODEC_DECLARE_OPS(id, name, alias, kdb, lo, hi, def, ops)       \
     extern const sqz_codec_ops ops;
