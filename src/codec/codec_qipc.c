@@ -58,6 +58,36 @@ static size_t qipc_bound(size_t n)
     return QIPC_HDR + n + (n + 7) / 8;
 }
 
+/* Number of equal bytes at a and b, at most max. */
+static size_t match_len(const uint8_t *a, const uint8_t *b, size_t max)
+{
+    size_t c = 0;
+    while (max - c >= 8) {
+        uint64_t x, y;
+        memcpy(&x, a + c, 8);
+        memcpy(&y, b + c, 8);
+        uint64_t diff = x ^ y;
+        if (diff) {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            return c + (size_t)__builtin_ctzll(diff) / 8;
+#else
+            return c + (size_t)__builtin_clzll(diff) / 8;
+#endif
+        }
+        c += 8;
+    }
+    while (c < max && a[c] == b[c])
+        c++;
+    return c;
+}
+
+/* Table maintenance, shared by both directions: position q is recorded
+ * (as q + 1; 0 = never set) under buf[q] ^ buf[q + 1] once buf[q + 1]
+ * exists. At an item boundary s, either position s - 1 is still waiting
+ * for its pair (`pend`, after a literal) or nothing is (at the start and
+ * after a back-reference, whose inner positions are never recorded). */
+#define RECORD(table, buf, q) ((table)[(buf)[q] ^ (buf)[(q) + 1]] = (uint32_t)(q) + 1)
+
 static ssize_t qipc_compress(int level, const void *src, size_t n, void *dst,
                              size_t cap)
 {
@@ -73,12 +103,10 @@ static ssize_t qipc_compress(int level, const void *src, size_t n, void *dst,
     out[2] = (uint8_t)(n >> 16);
     out[3] = (uint8_t)(n >> 24);
 
-    /* table[h] = position + 1 of the latest hashed pair with XOR h; 0 =
-     * never set. Positions fit: n <= UINT32_MAX. */
     uint32_t table[256] = {0};
     size_t op = QIPC_HDR; /* output position */
     size_t s = 0;         /* input position of the next item */
-    size_t p = 0;         /* next position to hash */
+    int pend = 0;         /* position s - 1 waits to be recorded */
     size_t ctl = 0;       /* where the current control byte is */
     unsigned bit = 0;     /* its bit for the next item; 0: start a group */
     while (s < n) {
@@ -93,34 +121,51 @@ static ssize_t qipc_compress(int level, const void *src, size_t n, void *dst,
             unsigned h = in[s] ^ in[s + 1];
             uint32_t cand = table[h];
             if (cand != 0 && in[cand - 1] == in[s] && in[cand] == in[s + 1]) {
-                const uint8_t *a = in + cand + 1, *b = in + s + 2;
                 size_t max = n - s - 2;
                 if (max > QIPC_MAXREF - 2)
                     max = QIPC_MAXREF - 2;
-                size_t c = 0;
-                while (c < max && a[c] == b[c])
-                    c++;
+                size_t c = match_len(in + cand + 1, in + s + 2, max);
                 if (cap - op < 2)
                     return -ENOSPC;
                 out[ctl] |= (uint8_t)bit;
                 out[op++] = (uint8_t)h;
                 out[op++] = (uint8_t)c;
-                for (; p <= s; p++)
-                    table[in[p] ^ in[p + 1]] = (uint32_t)p + 1;
+                if (pend)
+                    RECORD(table, in, s - 1);
+                RECORD(table, in, s);
                 s += c + 2;
-                p = s;
+                pend = 0;
                 bit = (bit << 1) & 0xffu;
                 continue;
             }
         }
         if (op >= cap)
             return -ENOSPC;
-        out[op++] = in[s++];
-        for (; p + 1 < s; p++)
-            table[in[p] ^ in[p + 1]] = (uint32_t)p + 1;
+        out[op++] = in[s];
+        if (pend)
+            RECORD(table, in, s - 1);
+        pend = 1;
+        s++;
         bit = (bit << 1) & 0xffu;
     }
     return (ssize_t)op;
+}
+
+/* Copies count bytes from out + q to out + s, forwards (q < s: a source
+ * byte may be one this copy wrote). With `wild`, up to 7 bytes past
+ * out + s + count may be written too (the caller has room there). */
+static inline void copy_back(uint8_t *out, size_t s, size_t q, size_t count,
+                             int wild)
+{
+    if (wild && s - q >= 8) {
+        for (size_t k = 0; k < count; k += 8)
+            memcpy(out + s + k, out + q + k, 8);
+    } else if (s - q >= count) {
+        memcpy(out + s, out + q, count);
+    } else {
+        for (size_t k = 0; k < count; k++)
+            out[s + k] = out[q + k];
+    }
 }
 
 static ssize_t qipc_decompress(const void *src, size_t n, void *dst,
@@ -136,10 +181,54 @@ static ssize_t qipc_decompress(const void *src, size_t n, void *dst,
         return -EBADMSG;
     ip += QIPC_HDR;
 
-    uint32_t table[256] = {0}; /* position + 1; 0 = never set */
-    size_t s = 0, p = 0;
+    uint32_t table[256] = {0};
+    size_t s = 0;
+    int pend = 0;
     unsigned ctl = 0, bit = 0;
     while (s < expected) {
+        if (bit == 0 && end - ip > 16 &&
+            expected - s >= 8 * QIPC_MAXREF + 8) {
+            /* A whole group with room for its longest form (8 references
+             * of 2 input bytes and 257 output bytes, + 8 for wild copies):
+             * no bounds checks per item. */
+            unsigned c = *ip++;
+            if (c == 0) {
+                memcpy(out + s, ip, 8);
+                ip += 8;
+                if (pend)
+                    RECORD(table, out, s - 1);
+                for (size_t k = s; k < s + 7; k++)
+                    RECORD(table, out, k);
+                s += 8;
+                pend = 1;
+                continue;
+            }
+            for (unsigned b = 1; b < 256; b <<= 1) {
+                if (c & b) {
+                    uint32_t ref = table[ip[0]];
+                    size_t count = (size_t)ip[1] + 2;
+                    ip += 2;
+                    if (ref == 0)
+                        return -EBADMSG;
+                    size_t q = ref - 1;
+                    out[s] = out[q];
+                    out[s + 1] = out[q + 1];
+                    if (pend)
+                        RECORD(table, out, s - 1);
+                    RECORD(table, out, s);
+                    copy_back(out, s + 2, q + 2, count - 2, 1);
+                    s += count;
+                    pend = 0;
+                } else {
+                    out[s] = *ip++;
+                    if (pend)
+                        RECORD(table, out, s - 1);
+                    pend = 1;
+                    s++;
+                }
+            }
+            continue;
+        }
         if (bit == 0) {
             if (ip == end)
                 return -EBADMSG;
@@ -160,22 +249,20 @@ static ssize_t qipc_decompress(const void *src, size_t n, void *dst,
             size_t q = ref - 1;
             out[s] = out[q];
             out[s + 1] = out[q + 1];
-            for (; p <= s; p++)
-                table[out[p] ^ out[p + 1]] = (uint32_t)p + 1;
-            if (s - q >= count - 2) { /* no overlap */
-                memcpy(out + s + 2, out + q + 2, count - 2);
-            } else {
-                for (size_t k = 2; k < count; k++)
-                    out[s + k] = out[q + k];
-            }
+            if (pend)
+                RECORD(table, out, s - 1);
+            RECORD(table, out, s);
+            copy_back(out, s + 2, q + 2, count - 2, 0);
             s += count;
-            p = s;
+            pend = 0;
         } else {
             if (ip == end)
                 return -EBADMSG;
-            out[s++] = *ip++;
-            for (; p + 1 < s; p++)
-                table[out[p] ^ out[p + 1]] = (uint32_t)p + 1;
+            out[s] = *ip++;
+            if (pend)
+                RECORD(table, out, s - 1);
+            pend = 1;
+            s++;
         }
         bit = (bit << 1) & 0xffu;
     }
