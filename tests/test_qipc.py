@@ -213,6 +213,18 @@ def test_reference_decoder_reads_packed_blocks(cli, tmp_path, name, lbs):
     assert p.returncode == 0 and p.stdout == data
 
 
+def test_pack_and_recompress_with_kdb_triple(cli, tmp_path):
+    data = text(300_000, 5) + longs(20_000, 6, sort=True)
+    src = tmp_path / "in"
+    src.write_bytes(data)
+    cli("pack", src, tmp_path / "c", "--policy", "zstd:3/64K")
+    cli("recompress", "--policy", "17 1 0", tmp_path / "c")
+    s = json.loads(cli("stat", "--json", tmp_path / "c").stdout)
+    assert (s["algorithm"], s["zipLevel"], s["logicalBlockSize"]) == ("qipc", 0, 17)
+    assert check_container(tmp_path / "c", data, 17) >= 3
+    assert cli("verify", tmp_path / "c").returncode == 0
+
+
 # ---------------------------------------------------------------- a real mount
 
 def sqz_stat_json(path):
@@ -255,6 +267,15 @@ def test_qipc_mount_and_kdb_policy(mount_factory, tmp_path):
     files["text.txt"] = (data[:200_000] + patch + data[205_000:], lbs)
     data, lbs = files["k/taq.bin"]
     files["k/taq.bin"] = (data + b"tail" * 1000, lbs)
+
+    # recompress through the daemon, from zstd and to another block size
+    os.mkdir(m.path("z"))
+    os.setxattr(m.path("z"), "user.squeezefs.policy", b"zstd:3/16K")
+    files["z/re.txt"] = (text(150_001, 4), 16)
+    with open(m.path("z/re.txt"), "wb") as f:
+        f.write(files["z/re.txt"][0])
+    assert sqz_stat_json(m.path("z/re.txt"))["algorithm"] == "zstd"
+    run_cli("recompress", "--policy", "qipc/64K", m.path("z/re.txt"))
 
     for rel, (data, lbs) in files.items():
         with open(m.path(rel), "rb") as f:
