@@ -61,7 +61,7 @@ static const codec_row *row_of(int alg)
 /* ---- name lists for messages, built once from the table ---- */
 
 static char names_text[256]; /* "none, gzip (alias zlib), snappy, ..." */
-static char kdb_text[256];   /* "0 none, 2 gzip, ... or 5 zstd" */
+static char kdb_text[256];   /* "0 none, 1 qipc, 2 gzip, ... or 5 zstd" */
 static pthread_once_t lists_once = PTHREAD_ONCE_INIT;
 
 /* Appends to the NUL-terminated text in buf[0..cap), truncating. */
@@ -86,7 +86,7 @@ static void build_lists(void)
         if (r->alias)
             append(names_text, sizeof names_text, " (alias %s)", r->alias);
     }
-    /* by kdb+ number: "0 none, 2 gzip, 3 snappy, 4 lz4hc or 5 zstd" */
+    /* by kdb+ number: "0 none, 1 qipc, 2 gzip, 3 snappy, 4 lz4hc or 5 zstd" */
     int total = 0, done = 0;
     for (size_t i = 0; i < NROWS; i++)
         total += rows[i].name && rows[i].kdb >= 0;
