@@ -8,7 +8,7 @@ import subprocess
 import pytest
 
 HEADER = "input,size,lbs,alg,lvl,compFactor,writeTime,readTime,writeMBps,readMBps"
-ALGS = {"none", "gzip", "snappy", "lz4", "lz4hc", "zstd"}
+ALGS = {"none", "gzip", "snappy", "lz4", "lz4hc", "zstd", "qipc"}
 GENERATORS = ["longs", "longs:1000:50", "sorted-longs", "contiguous-longs", "booleans",
               "symbols", "symbols:4", "floats", "taq-trade", "taq-quote",
               "taq-trade.price", "taq-trade.time", "taq-quote.bid", "taq-quote.ex"]
@@ -39,18 +39,20 @@ def test_quick_bench_csv(cli, tmp_path):
     for r in rows:
         check_row(r)
         assert r["input"] == "longs" and int(r["size"]) == 65536
-    assert {r["alg"] for r in rows} == ALGS
+    assert {r["alg"] for r in rows} == ALGS  # qipc included by default
     assert {int(r["lbs"]) for r in rows} == {12, 16, 17, 20}
     combos = {(r["lbs"], r["alg"], r["lvl"]) for r in rows}
-    assert len(combos) == len(rows) == 4 * 14
+    assert len(combos) == len(rows) == 4 * 15
+    assert {int(r["lvl"]) for r in rows if r["alg"] == "qipc"} == {0}
     assert {int(r["lvl"]) for r in rows if r["alg"] == "zstd"} == {-7, 1, 3, 9, 19}
     assert {int(r["lvl"]) for r in rows if r["alg"] == "gzip"} == {1, 6, 9}
     assert {int(r["lvl"]) for r in rows if r["alg"] == "lz4hc"} == {1, 9, 12}
     # random longs in 0..999 compress (about 8 bytes -> 10 bits); none does not
     assert all(float(r["compFactor"]) < 1.01 for r in rows if r["alg"] == "none")
     assert max(float(r["compFactor"]) for r in rows if r["alg"] == "zstd") > 3
-    # the table has the same columns
+    # the table has the same columns, and shows qipc next to lz4 and zstd
     assert p.stdout.split()[:10] == HEADER.split(",")
+    assert {r["alg"] for r in parse_table(p.stdout)} == ALGS
     assert not [n for n in os.listdir(tmp_path) if n.startswith("sqz-bench.")]
 
 

@@ -8,7 +8,7 @@ import stat as st_mod
 
 import pytest
 
-ALGS = ["none", "gzip", "snappy", "lz4", "lz4hc", "zstd"]
+ALGS = ["none", "gzip", "snappy", "lz4", "lz4hc", "zstd", "qipc"]
 MTIME_NS = 1_600_000_000_123_456_789
 
 

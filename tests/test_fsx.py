@@ -22,7 +22,7 @@ from mountlib import run_cli, squeezefs_bin
 # Every algorithm x block sizes 4K/128K/1M, plus option variants (a slow
 # high level, the block= option, the kernel writeback cache).
 ALGS = [("none", "none"), ("gzip6", "gzip:6"), ("snappy", "snappy"),
-        ("lz4", "lz4"), ("lz4hc9", "lz4hc:9"), ("zstd1", "zstd:1")]
+        ("lz4", "lz4"), ("lz4hc9", "lz4hc:9"), ("zstd1", "zstd:1"), ("qipc", "qipc")]
 SIZES = [("4K", 1 << 20), ("128K", 2 << 20), ("1M", 3 << 20)]
 CONFIGS = [(f"{a}-{b}", [f"compress={spec}/{b}"], 10500, maxlen)
            for a, spec in ALGS for b, maxlen in SIZES]

@@ -95,7 +95,8 @@ BAD_OPTIONS = [
     (["compress=gzip:10"], ["10"]),
     (["compress=lz4hc:0"], ["lz4hc"]),
     (["compress=zstd/3K"], ["3K"]),
-    (["compress=17 1 0"], []),          # kdb+ q IPC (1) is not supported
+    (["compress=17 7 0"], ["kdb+ algorithm 7"]),
+    (["compress=17 1 1"], ["qipc level 1"]),  # kdb+ IPC (1) has no levels
     (["compress="], ["compress"]),
     (["block=3K"], ["3K"]),
     (["block=2M"], ["2M"]),
@@ -181,6 +182,8 @@ def test_proc_mounts_type_and_clean_unmount(mount_factory):
     ("none", "none", 0, 17),
     ("snappy", "snappy", 0, 17),
     ("lz4", "lz4", 0, 17),
+    ("qipc/64K", "qipc", 0, 16),
+    ("17 1 0", "qipc", 0, 17),          # kdb+ triple: lbs 17, q IPC, no level
     ("17 2 6", "gzip", 6, 17),          # kdb+ triple: lbs 17, gzip, level 6
     ("12 5 -3", "zstd", -3, 12),
     ("zstd/1M", "zstd", 3, 20),

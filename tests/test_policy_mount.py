@@ -98,8 +98,8 @@ def test_kdb_triple_policy(mnt):
     assert params(mnt.path("k", "f")) == ("gzip", 6, 17)
 
 
-@pytest.mark.parametrize("bad", ["zstd:99", "bogus", "lz4hc:9/3K", "gzip:x", "", "17 1 0",
-                                 "zstd:3/128K trailing"])
+@pytest.mark.parametrize("bad", ["zstd:99", "bogus", "lz4hc:9/3K", "gzip:x", "", "17 7 0",
+                                 "17 1 1", "qipc:1", "zstd:3/128K trailing"])
 def test_invalid_policy_rejected(mnt, bad):
     d = mnt.path("d")
     os.mkdir(d)

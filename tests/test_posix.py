@@ -64,7 +64,7 @@ def sqz_cat(path):
     return p.stdout
 
 
-KDB_ALGS = {0: "none", 2: "gzip", 3: "snappy", 4: "lz4hc", 5: "zstd", 6: "lz4"}
+KDB_ALGS = {0: "none", 1: "qipc", 2: "gzip", 3: "snappy", 4: "lz4hc", 5: "zstd", 6: "lz4"}
 
 
 def alg_name(v):
@@ -846,7 +846,8 @@ def test_remount_persistence_across_defaults(mount_factory, tmp_path):
     files = {}
     algs = [("gzip:6/64K", "gzip", 6, 16), ("lz4", "lz4", 0, 17),
             ("zstd:19/4K", "zstd", 19, 12), ("none/1M", "none", 0, 20),
-            ("snappy/128K", "snappy", 0, 17), ("lz4hc:9/64K", "lz4hc", 9, 16)]
+            ("snappy/128K", "snappy", 0, 17), ("lz4hc:9/64K", "lz4hc", 9, 16),
+            ("qipc/32K", "qipc", 0, 15)]
     rnd = random.Random(3)
     for i, (spec, *_x) in enumerate(algs):
         m = mount_factory(options=[f"compress={spec}"], backing=backing, name=f"m{i}")

@@ -40,8 +40,8 @@ def one_run(binary, src, workdir, fio_size):
     os.environ["SQUEEZEFS_BIN"] = binary
     base = tempfile.mkdtemp(dir=workdir, prefix="sqz-bench-durable-")
     try:
+        os.makedirs(os.path.join(base, "b"))
         m = Mount(os.path.join(base, "b"), os.path.join(base, "m"))
-        os.makedirs(m.backing, exist_ok=True)
         t0 = time.monotonic()
         subprocess.run(["cp", "-r", src, m.path("tree")], check=True)
         t_cp = time.monotonic() - t0

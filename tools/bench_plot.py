@@ -22,8 +22,9 @@ import sys
 
 HEADER = ["input", "size", "lbs", "alg", "lvl", "compFactor", "writeTime",
           "readTime", "writeMBps", "readMBps"]
-DEFAULT_LEVEL = {"none": 0, "gzip": 6, "snappy": 0, "lz4": 0, "lz4hc": 9, "zstd": 3}
-ALG_ORDER = ["none", "gzip", "snappy", "lz4", "lz4hc", "zstd"]
+DEFAULT_LEVEL = {"none": 0, "gzip": 6, "snappy": 0, "lz4": 0, "lz4hc": 9, "zstd": 3,
+                 "qipc": 0}
+ALG_ORDER = ["none", "gzip", "snappy", "lz4", "lz4hc", "zstd", "qipc"]
 
 
 def load(path):

@@ -13,7 +13,7 @@
 #
 # Stages (all are run; failures are remembered, not fatal):
 #   deps, build, build-asan, unit, unit-asan, pytest, pytest-asan,
-#   fuzz-build, fuzz-container, fuzz-policy, fuzz-options
+#   fuzz-build, fuzz-container, fuzz-codec, fuzz-policy, fuzz-options
 # Prints the elapsed time of every stage and a final summary line; exits 1
 # if any stage failed.
 set -euo pipefail
@@ -179,7 +179,7 @@ st_pytest_asan() {
     return "$rc"
 }
 
-FUZZERS=(container policy options)
+FUZZERS=(container codec policy options)
 
 st_fuzz_build() {
     if ! command -v clang >/dev/null 2>&1; then

@@ -232,7 +232,8 @@ static int usage(void)
         "       squeezefs bench --gen list\n"
         "options:\n"
         "  --lbs 12..20|LIST      log2 block sizes (default 12..20)\n"
-        "  --alg LIST             algorithms (default all)\n"
+        "  --alg LIST             algorithms (default all:\n"
+        "                         %s)\n"
         "  --level LIST|RANGE     levels (default each algorithm's whole range)\n"
         "  --quick                lbs 12,16,17,20 and a few levels per algorithm\n"
         "  --runs N               runs per combination, median reported (default 3)\n"
@@ -242,7 +243,8 @@ static int usage(void)
         "  --recommend GOAL       ratio|write|read|balanced: print the best SPEC\n"
         "  --plot DIR             PNG charts (python3 + matplotlib)\n"
         "  --seed N, --size BYTES generator seed and size (default 8M)\n"
-        "  --tmpdir DIR           where the temporary containers go (default $TMPDIR)\n");
+        "  --tmpdir DIR           where the temporary containers go (default $TMPDIR)\n",
+        sqz_alg_names());
     return CLI_USAGE;
 }
 

@@ -1,11 +1,14 @@
-/* Codec registry: algorithm ids, names, kdb+ numbers, level ranges, argument
- * validation and dispatch to the per-codec vtables; owner of the per-thread
- * context table. */
+/* Codec registry built from the codec table SQZ_CODECS (codec_impl.h):
+ * algorithm ids, names, kdb+ numbers, level ranges, the name lists of error
+ * messages, argument validation and dispatch to each codec's ops; owner of
+ * the per-thread context table. */
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include <sys/types.h>
 
@@ -13,128 +16,200 @@
 #include "squeezefs/codec.h"
 #include "codec_impl.h"
 
-const sqz_alg sqz_all_algs[SQZ_ALG_COUNT] = {
-    SQZ_ALG_NONE, SQZ_ALG_GZIP, SQZ_ALG_SNAPPY,
-    SQZ_ALG_LZ4,  SQZ_ALG_LZ4HC, SQZ_ALG_ZSTD,
-};
+typedef struct codec_row {
+    const char *name;  /* NULL: no codec has this id */
+    const char *alias; /* or NULL */
+    int kdb;
+    int lo, hi, def;
+    const sqz_codec_ops *ops;
+} codec_row;
 
-#define VALID_NAMES "none, gzip (alias zlib), snappy, lz4, lz4hc, zstd"
-#define VALID_KDB "use 0 none, 2 gzip, 3 snappy, 4 lz4hc or 5 zstd"
+/* Rows indexed by id; a duplicate id is a -Woverride-init error. */
+#define ROW(id_, name_, alias_, kdb_, lo_, hi_, def_, ops_)                 \
+    [id_] = {.name = name_, .alias = alias_, .kdb = kdb_, .lo = lo_,        \
+             .hi = hi_, .def = def_, .ops = &ops_},
+static const codec_row rows[] = {SQZ_CODECS(ROW)};
+#undef ROW
+#define NROWS (sizeof rows / sizeof rows[0])
 
-static const sqz_codec_vt *vt_of(int alg)
+/* Compile-time checks of every row. */
+#define CHECK_ROW(id_, name_, alias_, kdb_, lo_, hi_, def_, ops_)           \
+    _Static_assert((id_) >= 0 && (id_) <= 255,                              \
+                   name_ ": the id must fit the container's id byte");      \
+    _Static_assert((kdb_) >= -1 && (kdb_) <= 255,                           \
+                   name_ ": kdb+ number out of range");                     \
+    _Static_assert((lo_) <= (def_) && (def_) <= (hi_),                      \
+                   name_ ": default level out of range");
+SQZ_CODECS(CHECK_ROW)
+#undef CHECK_ROW
+
+#define ID(id_, ...) id_,
+#define ONE(...) +1
+_Static_assert((0 SQZ_CODECS(ONE)) == SQZ_ALG_COUNT,
+               "SQZ_ALG_COUNT (codec.h) must be the number of SQZ_CODECS rows");
+const sqz_alg sqz_all_algs[SQZ_ALG_COUNT] = {SQZ_CODECS(ID)};
+#undef ID
+#undef ONE
+
+static const codec_row *row_of(int alg)
 {
-    switch (alg) {
-    case SQZ_ALG_NONE: return &sqz_codec_none;
-    case SQZ_ALG_GZIP: return &sqz_codec_gzip;
-    case SQZ_ALG_SNAPPY: return &sqz_codec_snappy;
-    case SQZ_ALG_LZ4HC: return &sqz_codec_lz4hc;
-    case SQZ_ALG_ZSTD: return &sqz_codec_zstd;
-    case SQZ_ALG_LZ4: return &sqz_codec_lz4;
-    default: return NULL;
-    }
+    if (alg < 0 || (size_t)alg >= NROWS || !rows[alg].name)
+        return NULL;
+    return &rows[alg];
 }
+
+/* ---- name lists for messages, built once from the table ---- */
+
+static char names_text[256]; /* "none, gzip (alias zlib), snappy, ..." */
+static char kdb_text[256];   /* "0 none, 1 qipc, 2 gzip, ... or 5 zstd" */
+static pthread_once_t lists_once = PTHREAD_ONCE_INIT;
+
+/* Appends to the NUL-terminated text in buf[0..cap), truncating. */
+static void append(char *buf, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void append(char *buf, size_t cap, const char *fmt, ...)
+{
+    size_t len = strlen(buf);
+    if (len + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
+static void build_lists(void)
+{
+    for (size_t i = 0; i < SQZ_ALG_COUNT; i++) {
+        const codec_row *r = row_of((int)sqz_all_algs[i]);
+        append(names_text, sizeof names_text, "%s%s", i ? ", " : "", r->name);
+        if (r->alias)
+            append(names_text, sizeof names_text, " (alias %s)", r->alias);
+    }
+    /* by kdb+ number: "0 none, 1 qipc, 2 gzip, 3 snappy, 4 lz4hc or 5 zstd" */
+    int total = 0, done = 0;
+    for (size_t i = 0; i < NROWS; i++)
+        total += rows[i].name && rows[i].kdb >= 0;
+    for (int k = 0; k <= 255 && done < total; k++)
+        for (size_t i = 0; i < NROWS; i++) {
+            if (!rows[i].name || rows[i].kdb != k)
+                continue;
+            append(kdb_text, sizeof kdb_text, "%s%d %s",
+                   done == 0 ? "" : done + 1 == total ? " or " : ", ", k,
+                   rows[i].name);
+            done++;
+        }
+}
+
+const char *sqz_alg_names(void)
+{
+    pthread_once(&lists_once, build_lists);
+    return names_text;
+}
+
+const char *sqz_alg_kdb_names(void)
+{
+    pthread_once(&lists_once, build_lists);
+    return kdb_text;
+}
+
+/* ---- lookups ---- */
 
 const char *sqz_alg_name(sqz_alg alg)
 {
-    const sqz_codec_vt *vt = vt_of((int)alg);
-    return vt ? vt->name : NULL;
+    const codec_row *r = row_of((int)alg);
+    return r ? r->name : NULL;
 }
 
 int sqz_alg_valid(int alg)
 {
-    return vt_of(alg) != NULL;
+    return row_of(alg) != NULL;
 }
 
 int sqz_alg_from_name(const char *name, sqz_alg *out, char *err, size_t errlen)
 {
     if (name) {
-        if (strcasecmp(name, "zlib") == 0) {
-            if (out)
-                *out = SQZ_ALG_GZIP;
-            return 0;
-        }
         for (size_t i = 0; i < SQZ_ALG_COUNT; i++) {
-            const sqz_codec_vt *vt = vt_of((int)sqz_all_algs[i]);
-            if (strcasecmp(name, vt->name) == 0) {
+            const codec_row *r = row_of((int)sqz_all_algs[i]);
+            if (strcasecmp(name, r->name) == 0 ||
+                (r->alias && strcasecmp(name, r->alias) == 0)) {
                 if (out)
-                    *out = vt->alg;
+                    *out = sqz_all_algs[i];
                 return 0;
             }
         }
     }
-    sqz_errf(err, errlen, "unknown algorithm '%.64s'; valid: " VALID_NAMES,
-            name ? name : "");
+    sqz_errf(err, errlen, "unknown algorithm '%.64s'; valid: %s",
+            name ? name : "", sqz_alg_names());
     return -EINVAL;
 }
 
 int sqz_alg_from_kdb(int number, sqz_alg *out, char *err, size_t errlen)
 {
-    if (number == 1) {
-        sqz_errf(err, errlen,
-                "kdb+ algorithm 1 (q IPC) is not supported; " VALID_KDB);
-        return -ENOTSUP;
-    }
     for (size_t i = 0; i < SQZ_ALG_COUNT; i++) {
-        const sqz_codec_vt *vt = vt_of((int)sqz_all_algs[i]);
-        if (vt->kdb >= 0 && vt->kdb == number) {
+        const codec_row *r = row_of((int)sqz_all_algs[i]);
+        if (r->kdb >= 0 && r->kdb == number) {
             if (out)
-                *out = vt->alg;
+                *out = sqz_all_algs[i];
             return 0;
         }
     }
-    sqz_errf(err, errlen, "unknown kdb+ algorithm %d; " VALID_KDB, number);
+    sqz_errf(err, errlen, "unknown kdb+ algorithm %d; use %s", number,
+            sqz_alg_kdb_names());
     return -EINVAL;
 }
 
 int sqz_alg_kdb_number(sqz_alg alg)
 {
-    const sqz_codec_vt *vt = vt_of((int)alg);
-    return vt ? vt->kdb : -1;
+    const codec_row *r = row_of((int)alg);
+    return r ? r->kdb : -1;
 }
 
 int sqz_level_min(sqz_alg alg)
 {
-    const sqz_codec_vt *vt = vt_of((int)alg);
-    return vt ? vt->level_min : 0;
+    const codec_row *r = row_of((int)alg);
+    return r ? r->lo : 0;
 }
 
 int sqz_level_max(sqz_alg alg)
 {
-    const sqz_codec_vt *vt = vt_of((int)alg);
-    return vt ? vt->level_max : 0;
+    const codec_row *r = row_of((int)alg);
+    return r ? r->hi : 0;
 }
 
 int sqz_level_default(sqz_alg alg)
 {
-    const sqz_codec_vt *vt = vt_of((int)alg);
-    return vt ? vt->level_default : 0;
+    const codec_row *r = row_of((int)alg);
+    return r ? r->def : 0;
 }
 
 int sqz_level_check(sqz_alg alg, int level, char *err, size_t errlen)
 {
-    const sqz_codec_vt *vt = vt_of((int)alg);
-    if (!vt) {
-        sqz_errf(err, errlen, "unknown algorithm id %d; valid: " VALID_NAMES,
-                (int)alg);
+    const codec_row *r = row_of((int)alg);
+    if (!r) {
+        sqz_errf(err, errlen, "unknown algorithm id %d; valid: %s", (int)alg,
+                sqz_alg_names());
         return -EINVAL;
     }
-    if (level < vt->level_min || level > vt->level_max) {
-        if (vt->level_min == vt->level_max)
+    if (level < r->lo || level > r->hi) {
+        if (r->lo == r->hi)
             sqz_errf(err, errlen,
                     "%s level %d is out of range %d..%d (%s has no levels)",
-                    vt->name, level, vt->level_min, vt->level_max, vt->name);
+                    r->name, level, r->lo, r->hi, r->name);
         else
             sqz_errf(err, errlen, "%s level %d is out of range %d..%d",
-                    vt->name, level, vt->level_min, vt->level_max);
+                    r->name, level, r->lo, r->hi);
         return -EINVAL;
     }
     return 0;
 }
 
+/* ---- dispatch ---- */
+
 size_t sqz_compress_bound(sqz_alg alg, size_t n)
 {
-    const sqz_codec_vt *vt = vt_of((int)alg);
-    return vt ? vt->bound(n) : 0;
+    const codec_row *r = row_of((int)alg);
+    return r ? r->ops->bound(n) : 0;
 }
 
 ssize_t sqz_compress(sqz_alg alg, int level, const void *src, size_t n,
@@ -142,8 +217,8 @@ ssize_t sqz_compress(sqz_alg alg, int level, const void *src, size_t n,
 {
     static const unsigned char no_input[1];
     unsigned char no_output[1];
-    const sqz_codec_vt *vt = vt_of((int)alg);
-    if (!vt || level < vt->level_min || level > vt->level_max)
+    const codec_row *r = row_of((int)alg);
+    if (!r || level < r->lo || level > r->hi)
         return -EINVAL;
     if ((!src && n) || (!dst && cap) || n > (size_t)SSIZE_MAX)
         return -EINVAL;
@@ -153,7 +228,7 @@ ssize_t sqz_compress(sqz_alg alg, int level, const void *src, size_t n,
         dst = no_output;
         cap = 0;
     }
-    return vt->compress(level, src, n, dst, cap);
+    return r->ops->compress(level, src, n, dst, cap);
 }
 
 ssize_t sqz_decompress(sqz_alg alg, const void *src, size_t n, void *dst,
@@ -161,21 +236,21 @@ ssize_t sqz_decompress(sqz_alg alg, const void *src, size_t n, void *dst,
 {
     static const unsigned char no_input[1];
     unsigned char no_output[1];
-    const sqz_codec_vt *vt = vt_of((int)alg);
-    if (!vt || (!src && n) || (!dst && expected) ||
+    const codec_row *r = row_of((int)alg);
+    if (!r || (!src && n) || (!dst && expected) ||
         expected > (size_t)SSIZE_MAX)
         return -EINVAL;
     if (!src)
         src = no_input;
     if (!dst)
         dst = no_output;
-    return vt->decompress(src, n, dst, expected);
+    return r->ops->decompress(src, n, dst, expected);
 }
 
-/* ---- per-thread context table ---- */
+/* ---- per-thread context table: one slot per id ---- */
 
 typedef struct tls_table {
-    void *slot[SQZ_TLS_COUNT];
+    void *slot[NROWS];
 } tls_table;
 
 static pthread_key_t tls_key;
@@ -184,16 +259,10 @@ static int tls_key_ok;
 
 static void tls_destroy(void *p)
 {
-    static void (*const free_fn[SQZ_TLS_COUNT])(void *) = {
-        [SQZ_TLS_GZIP] = sqz_gzip_tls_free,
-        [SQZ_TLS_SNAPPY] = sqz_snappy_tls_free,
-        [SQZ_TLS_LZ4] = sqz_lz4_tls_free,
-        [SQZ_TLS_ZSTD] = sqz_zstd_tls_free,
-    };
     tls_table *t = p;
-    for (int i = 0; i < SQZ_TLS_COUNT; i++)
-        if (t->slot[i])
-            free_fn[i](t->slot[i]);
+    for (size_t i = 0; i < NROWS; i++)
+        if (t->slot[i] && rows[i].ops->tls_free)
+            rows[i].ops->tls_free(t->slot[i]);
     free(t);
 }
 
@@ -202,8 +271,10 @@ static void tls_init(void)
     tls_key_ok = pthread_key_create(&tls_key, tls_destroy) == 0;
 }
 
-void **sqz_codec_tls(enum sqz_tls_slot slot)
+void **sqz_codec_tls(sqz_alg alg)
 {
+    if (!row_of((int)alg))
+        return NULL;
     if (pthread_once(&tls_once, tls_init) != 0 || !tls_key_ok)
         return NULL;
     tls_table *t = pthread_getspecific(tls_key);
@@ -216,5 +287,5 @@ void **sqz_codec_tls(enum sqz_tls_slot slot)
             return NULL;
         }
     }
-    return &t->slot[slot];
+    return &t->slot[alg];
 }

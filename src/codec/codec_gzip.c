@@ -19,7 +19,7 @@ typedef struct gzip_ctx {
     int inf_ready;   /* inflateInit done */
 } gzip_ctx;
 
-void sqz_gzip_tls_free(void *p)
+static void gzip_tls_free(void *p)
 {
     gzip_ctx *c = p;
     if (c->def_ready)
@@ -31,7 +31,7 @@ void sqz_gzip_tls_free(void *p)
 
 static gzip_ctx *gzip_get(void)
 {
-    void **slot = sqz_codec_tls(SQZ_TLS_GZIP);
+    void **slot = sqz_codec_tls(SQZ_ALG_GZIP);
     if (!slot)
         return NULL;
     if (!*slot)
@@ -114,14 +114,9 @@ static ssize_t gzip_decompress(const void *src, size_t n, void *dst,
     return (ssize_t)expected;
 }
 
-const sqz_codec_vt sqz_codec_gzip = {
-    .alg = SQZ_ALG_GZIP,
-    .name = "gzip",
-    .kdb = 2,
-    .level_min = 0,
-    .level_max = 9,
-    .level_default = 6,
+const sqz_codec_ops sqz_gzip_ops = {
     .bound = gzip_bound,
     .compress = gzip_compress,
     .decompress = gzip_decompress,
+    .tls_free = gzip_tls_free,
 };

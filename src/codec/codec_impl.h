@@ -2,15 +2,23 @@
  * individual codecs (codec_*.c). Not installed; nothing outside src/codec/
  * includes it.
  *
- * Each codec is described by one constant vtable. The registry validates
- * arguments (algorithm, level, NULL pointers with zero sizes) before calling
- * into a vtable, so codec functions may assume: level is in range, src and
- * dst are non-NULL (a one-byte dummy is substituted for NULL with size 0).
+ * The codec table SQZ_CODECS below is the only list of codecs: one row per
+ * codec. codec.c builds from it the registry (lookup by id, name, alias and
+ * kdb+ number; level ranges; the display order sqz_all_algs; the name lists
+ * of error messages) and the per-thread context table. Adding a codec means:
+ * its own codec_X.c defining `const sqz_codec_ops sqz_X_ops`, one row here,
+ * the file in meson.build and, as the id is stored in containers, a value in
+ * the public enum sqz_alg (include/squeezefs/codec.h).
  *
- * Per-thread contexts: each codec that needs state owns one slot of a
- * per-thread table managed by codec.c (a pthread key whose destructor calls
- * the codec's free function at thread exit). These slots are the only
- * global state of the codec layer. */
+ * The registry validates arguments (algorithm, level, NULL pointers with
+ * zero sizes) before calling into a codec, so codec functions may assume:
+ * level is in range, src and dst are non-NULL (a one-byte dummy is
+ * substituted for NULL with size 0).
+ *
+ * Per-thread contexts: every codec owns one slot of a per-thread table
+ * managed by codec.c (a pthread key whose destructor calls the codec's
+ * tls_free at thread exit). These slots are the only global state of the
+ * codec layer. */
 #ifndef SQUEEZEFS_CODEC_IMPL_H
 #define SQUEEZEFS_CODEC_IMPL_H
 
@@ -19,13 +27,8 @@
 
 #include "squeezefs/codec.h"
 
-typedef struct sqz_codec_vt {
-    sqz_alg alg;
-    const char *name;
-    int kdb;           /* kdb+ algorithm number, -1 if none */
-    int level_min;
-    int level_max;
-    int level_default;
+/* A codec's functions. */
+typedef struct sqz_codec_ops {
     /* Worst-case output size for n input bytes; 0 if n is too large. */
     size_t (*bound)(size_t n);
     /* Returns compressed size, -ENOSPC if it does not fit cap, or another
@@ -36,34 +39,38 @@ typedef struct sqz_codec_vt {
      * Must never write beyond dst[expected). */
     ssize_t (*decompress)(const void *src, size_t n, void *dst,
                           size_t expected);
-} sqz_codec_vt;
+    /* Frees the codec's per-thread context (what it stored in its
+     * sqz_codec_tls slot) at thread exit; NULL if it keeps none. */
+    void (*tls_free)(void *ctx);
+} sqz_codec_ops;
 
-extern const sqz_codec_vt sqz_codec_none;
-extern const sqz_codec_vt sqz_codec_gzip;
-extern const sqz_codec_vt sqz_codec_snappy;
-extern const sqz_codec_vt sqz_codec_lz4;
-extern const sqz_codec_vt sqz_codec_lz4hc;
-extern const sqz_codec_vt sqz_codec_zstd;
+/* The codec table, in display order (the order of sqz_all_algs, `squeezefs
+ * bench` and the name lists of messages). Columns:
+ *   id        sqz_alg value (stored in containers: never renumber)
+ *   name      canonical name (SPEC, messages)
+ *   alias     another accepted name, or NULL
+ *   kdb       kdb+ algorithm number, -1 if none
+ *   lo hi def level range and default (lo == hi: "no levels")
+ *   ops       the codec's sqz_codec_ops, defined in its codec_X.c */
+#define SQZ_CODECS(X)                                                       \
+    /* id             name      alias   kdb lo  hi def ops          */     \
+    X(SQZ_ALG_NONE,   "none",   NULL,    0,  0,  0, 0, sqz_none_ops)       \
+    X(SQZ_ALG_GZIP,   "gzip",   "zlib",  2,  0,  9, 6, sqz_gzip_ops)       \
+    X(SQZ_ALG_SNAPPY, "snappy", NULL,    3,  0,  0, 0, sqz_snappy_ops)     \
+    X(SQZ_ALG_LZ4,    "lz4",    NULL,   -1,  0,  0, 0, sqz_lz4_ops)        \
+    X(SQZ_ALG_LZ4HC,  "lz4hc",  NULL,    4,  1, 12, 9, sqz_lz4hc_ops)      \
+    X(SQZ_ALG_ZSTD,   "zstd",   NULL,    5, -7, 22, 3, sqz_zstd_ops)       \
+    X(SQZ_ALG_QIPC,   "qipc",   NULL,    1,  0,  0, 0, sqz_qipc_ops)
 
-/* Per-thread context slots, one per codec family that keeps state. */
-enum sqz_tls_slot {
-    SQZ_TLS_GZIP = 0,
-    SQZ_TLS_SNAPPY,
-    SQZ_TLS_LZ4,
-    SQZ_TLS_ZSTD,
-    SQZ_TLS_COUNT
-};
+#define SQZ_CODEC_DECLARE_OPS(id, name, alias, kdb, lo, hi, def, ops)       \
+    extern const sqz_codec_ops ops;
+SQZ_CODECS(SQZ_CODEC_DECLARE_OPS)
+#undef SQZ_CODEC_DECLARE_OPS
 
-/* Address of the calling thread's slot (initially NULL), or NULL if the
- * per-thread table cannot be created (out of memory). The codec stores its
- * context there; it is released with the matching sqz_*_tls_free at thread
- * exit. */
-void **sqz_codec_tls(enum sqz_tls_slot slot);
-
-/* Per-thread context destructors, called by codec.c at thread exit. */
-void sqz_gzip_tls_free(void *ctx);
-void sqz_snappy_tls_free(void *ctx);
-void sqz_lz4_tls_free(void *ctx);
-void sqz_zstd_tls_free(void *ctx);
+/* Address of the calling thread's context slot of codec alg (initially
+ * NULL), or NULL if the per-thread table cannot be created (out of memory)
+ * or alg is unknown. The codec stores its context there; the table calls
+ * the codec's tls_free on it at thread exit. */
+void **sqz_codec_tls(sqz_alg alg);
 
 #endif

@@ -1,6 +1,6 @@
 /* Codecs "lz4" (fast mode, squeezefs id 6, no levels) and "lz4hc" (kdb+
- * algorithm 4, levels 1..12). Raw LZ4 blocks; the per-thread context holds
- * one state for each mode, allocated on first use. */
+ * algorithm 4, levels 1..12). Raw LZ4 blocks; each mode keeps its
+ * compression state in its own per-thread slot, allocated on first use. */
 #include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -10,26 +10,15 @@
 
 #include "codec_impl.h"
 
-typedef struct lz4_ctx {
-    void *fast;  /* LZ4_sizeofState() bytes */
-    void *hc;    /* LZ4_sizeofStateHC() bytes */
-} lz4_ctx;
-
-void sqz_lz4_tls_free(void *p)
+/* The calling thread's state of one mode (its own per-thread slot: the
+ * slot holds the malloc'ed state itself), allocated on first use. */
+static void *lz4_state(sqz_alg alg, size_t size)
 {
-    lz4_ctx *c = p;
-    free(c->fast);
-    free(c->hc);
-    free(c);
-}
-
-static lz4_ctx *lz4_get(void)
-{
-    void **slot = sqz_codec_tls(SQZ_TLS_LZ4);
+    void **slot = sqz_codec_tls(alg);
     if (!slot)
         return NULL;
     if (!*slot)
-        *slot = calloc(1, sizeof(lz4_ctx));
+        *slot = malloc(size);
     return *slot;
 }
 
@@ -51,12 +40,10 @@ static ssize_t lz4_fast_compress(int level, const void *src, size_t n,
     (void)level;
     if (n > (size_t)LZ4_MAX_INPUT_SIZE)
         return -EINVAL;
-    lz4_ctx *c = lz4_get();
-    if (!c)
+    void *state = lz4_state(SQZ_ALG_LZ4, (size_t)LZ4_sizeofState());
+    if (!state)
         return -ENOMEM;
-    if (!c->fast && !(c->fast = malloc((size_t)LZ4_sizeofState())))
-        return -ENOMEM;
-    int r = LZ4_compress_fast_extState(c->fast, src, dst, (int)n,
+    int r = LZ4_compress_fast_extState(state, src, dst, (int)n,
                                        clamp_int(cap), 1);
     return r > 0 ? (ssize_t)r : -ENOSPC;
 }
@@ -66,12 +53,10 @@ static ssize_t lz4hc_compress(int level, const void *src, size_t n, void *dst,
 {
     if (n > (size_t)LZ4_MAX_INPUT_SIZE)
         return -EINVAL;
-    lz4_ctx *c = lz4_get();
-    if (!c)
+    void *state = lz4_state(SQZ_ALG_LZ4HC, (size_t)LZ4_sizeofStateHC());
+    if (!state)
         return -ENOMEM;
-    if (!c->hc && !(c->hc = malloc((size_t)LZ4_sizeofStateHC())))
-        return -ENOMEM;
-    int r = LZ4_compress_HC_extStateHC(c->hc, src, dst, (int)n,
+    int r = LZ4_compress_HC_extStateHC(state, src, dst, (int)n,
                                        clamp_int(cap), level);
     return r > 0 ? (ssize_t)r : -ENOSPC;
 }
@@ -87,26 +72,16 @@ static ssize_t lz4_decompress(const void *src, size_t n, void *dst,
     return (ssize_t)expected;
 }
 
-const sqz_codec_vt sqz_codec_lz4 = {
-    .alg = SQZ_ALG_LZ4,
-    .name = "lz4",
-    .kdb = -1,
-    .level_min = 0,
-    .level_max = 0,
-    .level_default = 0,
+const sqz_codec_ops sqz_lz4_ops = {
     .bound = lz4_bound,
     .compress = lz4_fast_compress,
     .decompress = lz4_decompress,
+    .tls_free = free,
 };
 
-const sqz_codec_vt sqz_codec_lz4hc = {
-    .alg = SQZ_ALG_LZ4HC,
-    .name = "lz4hc",
-    .kdb = 4,
-    .level_min = 1,
-    .level_max = 12,
-    .level_default = 9,
+const sqz_codec_ops sqz_lz4hc_ops = {
     .bound = lz4_bound,
     .compress = lz4hc_compress,
     .decompress = lz4_decompress,
+    .tls_free = free,
 };

@@ -28,13 +28,7 @@ static ssize_t none_decompress(const void *src, size_t n, void *dst,
     return (ssize_t)n;
 }
 
-const sqz_codec_vt sqz_codec_none = {
-    .alg = SQZ_ALG_NONE,
-    .name = "none",
-    .kdb = 0,
-    .level_min = 0,
-    .level_max = 0,
-    .level_default = 0,
+const sqz_codec_ops sqz_none_ops = {
     .bound = none_bound,
     .compress = none_compress,
     .decompress = none_decompress,

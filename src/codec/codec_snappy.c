@@ -15,7 +15,7 @@ typedef struct snappy_ctx {
     size_t cap;
 } snappy_ctx;
 
-void sqz_snappy_tls_free(void *p)
+static void snappy_tls_free(void *p)
 {
     snappy_ctx *c = p;
     free(c->buf);
@@ -25,7 +25,7 @@ void sqz_snappy_tls_free(void *p)
 /* Per-thread scratch buffer of at least `need` bytes, or NULL. */
 static char *snappy_scratch(size_t need)
 {
-    void **slot = sqz_codec_tls(SQZ_TLS_SNAPPY);
+    void **slot = sqz_codec_tls(SQZ_ALG_SNAPPY);
     if (!slot)
         return NULL;
     snappy_ctx *c = *slot;
@@ -89,14 +89,9 @@ static ssize_t snappy_codec_decompress(const void *src, size_t n, void *dst,
     return (ssize_t)expected;
 }
 
-const sqz_codec_vt sqz_codec_snappy = {
-    .alg = SQZ_ALG_SNAPPY,
-    .name = "snappy",
-    .kdb = 3,
-    .level_min = 0,
-    .level_max = 0,
-    .level_default = 0,
+const sqz_codec_ops sqz_snappy_ops = {
     .bound = snappy_bound,
     .compress = snappy_codec_compress,
     .decompress = snappy_codec_decompress,
+    .tls_free = snappy_tls_free,
 };

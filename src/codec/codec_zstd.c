@@ -30,7 +30,7 @@ static size_t zstd_slack(size_t n)
     return 64 + (n >> 10);
 }
 
-void sqz_zstd_tls_free(void *p)
+static void zstd_tls_free(void *p)
 {
     zstd_ctx *z = p;
     ZSTD_freeCCtx(z->c);
@@ -41,7 +41,7 @@ void sqz_zstd_tls_free(void *p)
 
 static zstd_ctx *zstd_get(void)
 {
-    void **slot = sqz_codec_tls(SQZ_TLS_ZSTD);
+    void **slot = sqz_codec_tls(SQZ_ALG_ZSTD);
     if (!slot)
         return NULL;
     if (!*slot)
@@ -124,14 +124,9 @@ static ssize_t zstd_decompress(const void *src, size_t n, void *dst,
     return (ssize_t)expected;
 }
 
-const sqz_codec_vt sqz_codec_zstd = {
-    .alg = SQZ_ALG_ZSTD,
-    .name = "zstd",
-    .kdb = 5,
-    .level_min = -7,
-    .level_max = 22,
-    .level_default = 3,
+const sqz_codec_ops sqz_zstd_ops = {
     .bound = zstd_bound,
     .compress = zstd_compress,
     .decompress = zstd_decompress,
+    .tls_free = zstd_tls_free,
 };

@@ -41,6 +41,8 @@ void sqz_mount_usage(FILE *out)
         "     compress=SPEC       default policy (default " SQZ_DEFAULT_SPEC "),\n"
         "                         SPEC = ALG[:LEVEL][/BLOCK] | auto[:ratio|:speed]\n"
         "                         | \"LBS ALG LEVEL\" (kdb+)\n"
+        "                         ALG: %s\n"
+        "                         kdb+ ALG: %s\n"
         "     block=SIZE          block size 4K..1M (or log2 12..20)\n"
         "     cache=SIZE          decompressed block cache (default 256M)\n"
         "     readahead=SIZE      kernel read-ahead window, 0 or 4K..64M\n"
@@ -59,7 +61,8 @@ void sqz_mount_usage(FILE *out)
         "     allow_root, ...\n"
         "                         passed to FUSE\n"
         "\n"
-        "fstab: BACKING MOUNTPOINT fuse.squeezefs defaults,compress=zstd:3 0 0\n");
+        "fstab: BACKING MOUNTPOINT fuse.squeezefs defaults,compress=zstd:3 0 0\n",
+        sqz_alg_names(), sqz_alg_kdb_names());
 }
 
 /* ---- logging ---- */

@@ -14,9 +14,8 @@
 #define BLOCK_HELP                                                          \
     "expected a power of two from 4K to 1M (4K, 8K, 16K, 32K, 64K, 128K, "  \
     "256K, 512K, 1M), a byte count such as 65536, or a log2 12..20"
-#define ALG_HELP                                                            \
-    "valid: none, gzip (alias zlib), snappy, lz4, lz4hc, zstd, auto, "      \
-    "auto:ratio, auto:speed"
+/* after "valid: " + the codec layer's sqz_alg_names() */
+#define AUTO_HELP ", auto, auto:ratio, auto:speed"
 #define FORM_HELP                                                           \
     "expected ALG[:LEVEL][/BLOCK] (e.g. zstd:3/128K) or a kdb+ triple "     \
     "'LBS ALG LEVEL' (e.g. \"17 2 6\")"
@@ -121,9 +120,8 @@ static int parse_triple(char *buf, const char *orig, sqz_spec *out, char *err,
         return -EINVAL;
     }
     if (parse_int(tok[1], &kdb) != 0) {
-        sqz_errf(err, errlen,
-                       "kdb+ algorithm '%.16s' is not a number; use 0 none, "
-                       "2 gzip, 3 snappy, 4 lz4hc or 5 zstd", tok[1]);
+        sqz_errf(err, errlen, "kdb+ algorithm '%.16s' is not a number; use %s",
+                 tok[1], sqz_alg_kdb_names());
         return -EINVAL;
     }
     sqz_alg alg;
@@ -176,10 +174,11 @@ static int parse_form(char *buf, sqz_spec *out, char *err, size_t errlen)
     }
     if (sqz_alg_from_name(buf, &out->alg, NULL, 0) != 0) {
         if (!*buf)
-            sqz_errf(err, errlen, "missing algorithm; " ALG_HELP);
+            sqz_errf(err, errlen, "missing algorithm; valid: %s" AUTO_HELP,
+                     sqz_alg_names());
         else
-            sqz_errf(err, errlen, "unknown algorithm '%.32s'; " ALG_HELP,
-                           buf);
+            sqz_errf(err, errlen, "unknown algorithm '%.32s'; valid: %s" AUTO_HELP,
+                     buf, sqz_alg_names());
         return -EINVAL;
     }
     out->auto_mode = SQZ_AUTO_NONE;

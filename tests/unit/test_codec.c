@@ -1,6 +1,7 @@
 /* Unit tests of the codec layer: registry and error texts, round trips over
  * every algorithm x level x size x data kind, -ENOSPC, corrupt input, and
- * concurrent use from several threads. */
+ * concurrent use from several threads. With SQZ_WRITE_CORPUS=DIR it only
+ * writes the seed corpus of fuzz_codec into DIR. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -22,7 +23,7 @@ static const size_t sizes[] = {0, 1, 4095, 4096, 4097, 65536, 131072, 1u << 20};
 static void test_registry(void)
 {
     static const char *names[] = {"none", "gzip", "snappy", "lz4", "lz4hc",
-                                  "zstd"};
+                                  "zstd", "qipc"};
     char err[256];
     for (int i = 0; i < SQZ_ALG_COUNT; i++) {
         sqz_alg a = sqz_all_algs[i];
@@ -35,16 +36,32 @@ static void test_registry(void)
         CHECK(sqz_level_min(a) <= sqz_level_default(a));
         CHECK(sqz_level_default(a) <= sqz_level_max(a));
     }
+    /* the table: names and kdb+ numbers are unique, ids valid */
+    for (int i = 0; i < SQZ_ALG_COUNT; i++)
+        for (int j = i + 1; j < SQZ_ALG_COUNT; j++) {
+            sqz_alg a = sqz_all_algs[i], b = sqz_all_algs[j];
+            CHECK(a != b);
+            CHECK(strcmp(sqz_alg_name(a), sqz_alg_name(b)) != 0);
+            CHECK(sqz_alg_kdb_number(a) < 0 ||
+                  sqz_alg_kdb_number(a) != sqz_alg_kdb_number(b));
+        }
+    /* the name lists of messages are generated from the table */
+    CHECK(strcmp(sqz_alg_names(),
+                 "none, gzip (alias zlib), snappy, lz4, lz4hc, zstd, qipc") == 0);
+    CHECK(strcmp(sqz_alg_kdb_names(),
+                 "0 none, 1 qipc, 2 gzip, 3 snappy, 4 lz4hc or 5 zstd") == 0);
     CHECK_EQ_INT(SQZ_ALG_NONE, 0);
     CHECK_EQ_INT(SQZ_ALG_GZIP, 2);
     CHECK_EQ_INT(SQZ_ALG_SNAPPY, 3);
     CHECK_EQ_INT(SQZ_ALG_LZ4HC, 4);
     CHECK_EQ_INT(SQZ_ALG_ZSTD, 5);
     CHECK_EQ_INT(SQZ_ALG_LZ4, 6);
-    CHECK(!sqz_alg_valid(1));
+    CHECK_EQ_INT(SQZ_ALG_QIPC, 1);
+    CHECK(sqz_alg_valid(1));
     CHECK(!sqz_alg_valid(7));
     CHECK(!sqz_alg_valid(-1));
-    CHECK(sqz_alg_name((sqz_alg)1) == NULL);
+    CHECK(!sqz_alg_valid(256));
+    CHECK(sqz_alg_name((sqz_alg)7) == NULL);
     CHECK(sqz_alg_name((sqz_alg)99) == NULL);
 
     /* case-insensitive, zlib alias */
@@ -71,7 +88,7 @@ static void test_registry(void)
     /* kdb+ numbers */
     static const struct { int k; sqz_alg a; } kdb[] = {
         {0, SQZ_ALG_NONE}, {2, SQZ_ALG_GZIP}, {3, SQZ_ALG_SNAPPY},
-        {4, SQZ_ALG_LZ4HC}, {5, SQZ_ALG_ZSTD}};
+        {4, SQZ_ALG_LZ4HC}, {5, SQZ_ALG_ZSTD}, {1, SQZ_ALG_QIPC}};
     for (size_t i = 0; i < sizeof kdb / sizeof kdb[0]; i++) {
         CHECK_EQ_INT(sqz_alg_from_kdb(kdb[i].k, &a, err, sizeof err), 0);
         CHECK_EQ_INT(a, kdb[i].a);
@@ -79,10 +96,9 @@ static void test_registry(void)
     }
     CHECK_EQ_INT(sqz_alg_kdb_number(SQZ_ALG_LZ4), -1);
     err[0] = 0;
-    CHECK_EQ_INT(sqz_alg_from_kdb(1, &a, err, sizeof err), -ENOTSUP);
-    CHECK(strcmp(err, "kdb+ algorithm 1 (q IPC) is not supported; use 0 none, "
-                      "2 gzip, 3 snappy, 4 lz4hc or 5 zstd") == 0);
     CHECK_EQ_INT(sqz_alg_from_kdb(6, &a, err, sizeof err), -EINVAL);
+    CHECK(strcmp(err, "unknown kdb+ algorithm 6; use 0 none, 1 qipc, 2 gzip, "
+                      "3 snappy, 4 lz4hc or 5 zstd") == 0);
     CHECK(strstr(err, "6") != NULL && strstr(err, "5 zstd") != NULL);
     CHECK_EQ_INT(sqz_alg_from_kdb(-1, &a, NULL, 0), -EINVAL);
 
@@ -90,7 +106,8 @@ static void test_registry(void)
     static const struct { sqz_alg a; int lo, hi, def; } lv[] = {
         {SQZ_ALG_NONE, 0, 0, 0},   {SQZ_ALG_GZIP, 0, 9, 6},
         {SQZ_ALG_SNAPPY, 0, 0, 0}, {SQZ_ALG_LZ4, 0, 0, 0},
-        {SQZ_ALG_LZ4HC, 1, 12, 9}, {SQZ_ALG_ZSTD, -7, 22, 3}};
+        {SQZ_ALG_LZ4HC, 1, 12, 9}, {SQZ_ALG_ZSTD, -7, 22, 3},
+        {SQZ_ALG_QIPC, 0, 0, 0}};
     for (size_t i = 0; i < sizeof lv / sizeof lv[0]; i++) {
         CHECK_EQ_INT(sqz_level_min(lv[i].a), lv[i].lo);
         CHECK_EQ_INT(sqz_level_max(lv[i].a), lv[i].hi);
@@ -110,7 +127,7 @@ static void test_registry(void)
     }
     CHECK_EQ_INT(sqz_level_check(SQZ_ALG_ZSTD, 30, err, sizeof err), -EINVAL);
     CHECK(strcmp(err, "zstd level 30 is out of range -7..22") == 0);
-    CHECK_EQ_INT(sqz_level_check((sqz_alg)1, 0, err, sizeof err), -EINVAL);
+    CHECK_EQ_INT(sqz_level_check((sqz_alg)7, 0, err, sizeof err), -EINVAL);
     CHECK(strstr(err, "unknown algorithm") != NULL);
 }
 
@@ -272,13 +289,15 @@ static void test_invalid_args(void)
                  -EINVAL);
     CHECK_EQ_INT(sqz_compress(SQZ_ALG_SNAPPY, 1, data[2], 16, buf, sizeof buf),
                  -EINVAL);
-    CHECK_EQ_INT(sqz_compress((sqz_alg)1, 0, data[2], 16, buf, sizeof buf),
+    CHECK_EQ_INT(sqz_compress(SQZ_ALG_QIPC, 1, data[2], 16, buf, sizeof buf),
+                 -EINVAL);
+    CHECK_EQ_INT(sqz_compress((sqz_alg)-1, 0, data[2], 16, buf, sizeof buf),
                  -EINVAL);
     CHECK_EQ_INT(sqz_compress((sqz_alg)7, 0, data[2], 16, buf, sizeof buf),
                  -EINVAL);
     CHECK_EQ_INT(sqz_compress(SQZ_ALG_NONE, 0, NULL, 16, buf, sizeof buf),
                  -EINVAL);
-    CHECK_EQ_INT(sqz_decompress((sqz_alg)1, buf, 4, buf, 4), -EINVAL);
+    CHECK_EQ_INT(sqz_decompress((sqz_alg)7, buf, 4, buf, 4), -EINVAL);
     CHECK_EQ_INT(sqz_decompress(SQZ_ALG_ZSTD, NULL, 4, buf, 4), -EINVAL);
     CHECK_EQ_INT(sqz_compress_bound((sqz_alg)9, 100), 0);
     /* empty input decompresses to 0 bytes only from a valid empty frame */
@@ -400,6 +419,138 @@ static void test_corrupt(void)
     }
 }
 
+/* qipc: hand-made streams for every rule of the decoder, and random item
+ * streams behind a correct length (the length check alone rejects most
+ * garbage, so these reach the item decoder). Buffers are exact-size heap
+ * blocks (try_corrupt): ASan sees any access outside them. */
+static size_t qipc_stream(unsigned char *b, uint32_t len, const char *items,
+                          size_t n)
+{
+    b[0] = (unsigned char)len;
+    b[1] = (unsigned char)(len >> 8);
+    b[2] = (unsigned char)(len >> 16);
+    b[3] = (unsigned char)(len >> 24);
+    memcpy(b + 4, items, n);
+    return 4 + n;
+}
+
+static void test_qipc_hostile(void)
+{
+    const sqz_alg Q = SQZ_ALG_QIPC;
+    unsigned char b[4096], out[64];
+    const char ab = 'a' ^ 'b';
+    /* valid: "ab", then position 0 (pair "ab") copied 2 + 4 bytes */
+    const char ok[] = {0x04, 'a', 'b', ab, 4};
+    size_t n = qipc_stream(b, 8, ok, sizeof ok);
+    CHECK_EQ_INT(sqz_decompress(Q, b, n, out, 8), 8);
+    CHECK(memcmp(out, "abababab", 8) == 0);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 8), 8);
+    /* the same with a wrong length, expected size, a byte missing at every
+     * place, or a byte more */
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 7), -EBADMSG);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 9), -EBADMSG);
+    n = qipc_stream(b, 7, ok, sizeof ok);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 7), -EBADMSG);
+    n = qipc_stream(b, 8, ok, sizeof ok);
+    for (size_t cut = 0; cut < n; cut++)
+        CHECK_EQ_INT(try_corrupt(Q, b, cut, 8), -EBADMSG);
+    b[n] = 0;
+    CHECK_EQ_INT(try_corrupt(Q, b, n + 1, 8), -EBADMSG);
+    /* the copy runs past the expected size */
+    const char longref[] = {0x04, 'a', 'b', ab, 5};
+    n = qipc_stream(b, 8, longref, sizeof longref);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 8), -EBADMSG);
+    /* a reference through a table entry never set: first item, or another
+     * index than the one set */
+    const char unset0[] = {0x01, 0, 0};
+    n = qipc_stream(b, 2, unset0, sizeof unset0);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 2), -EBADMSG);
+    const char unset1[] = {0x04, 'a', 'b', (char)(ab ^ 1), 0};
+    n = qipc_stream(b, 4, unset1, sizeof unset1);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 4), -EBADMSG);
+    /* one literal: its pair is not complete, nothing is in the table yet */
+    const char lit1[] = {0x02, 'a', 'a', 0};
+    n = qipc_stream(b, 3, lit1, sizeof lit1);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 3), -EBADMSG);
+    /* a copy hashes the positions up to its start, not those inside it:
+     * "ab" + a copy of 6 from 0 leaves table[a^b] = 2 (the copy's start);
+     * two more copies of 2 through it; an index no pair formed (0: 'a'^'a')
+     * is corrupt */
+    const char skip[] = {0x1c, 'a', 'b', ab, 4, ab, 0, ab, 0};
+    n = qipc_stream(b, 12, skip, sizeof skip);
+    CHECK_EQ_INT(sqz_decompress(Q, b, n, out, 12), 12);
+    CHECK(memcmp(out, "abababababab", 12) == 0);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 12), 12);
+    const char skip_bad[] = {0x0c, 'a', 'b', ab, 4, 0, 0};
+    n = qipc_stream(b, 10, skip_bad, sizeof skip_bad);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 10), -EBADMSG);
+    /* unused bits of the last control byte must be 0 */
+    const char spare[] = {0x02, 'x'};
+    n = qipc_stream(b, 1, spare, sizeof spare);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 1), -EBADMSG);
+    const char one[] = {0x00, 'x'};
+    n = qipc_stream(b, 1, one, sizeof one);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 1), 1);
+    /* nine literals need a second control byte; without it: corrupt */
+    const char nine[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 0, 9};
+    n = qipc_stream(b, 9, nine, sizeof nine);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 9), 9);
+    const char nine_bad[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    n = qipc_stream(b, 9, nine_bad, sizeof nine_bad);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 9), -EBADMSG);
+    /* empty block: only the length */
+    n = qipc_stream(b, 0, "", 0);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 0), 0);
+    const char zero_ctl[] = {0};
+    n = qipc_stream(b, 0, zero_ctl, 1);
+    CHECK_EQ_INT(try_corrupt(Q, b, n, 0), -EBADMSG);
+
+    /* random item streams behind a correct length (nearly all rejected) */
+    uint64_t rs = 777;
+    for (int t = 0; t < 20000; t++) {
+        size_t items = 1 + sqz_test_rand(&rs) % 600;
+        uint32_t len = (uint32_t)(sqz_test_rand(&rs) % 3000);
+        if (t % 3 == 0)
+            len = (uint32_t)(sqz_test_rand(&rs) % 40);
+        char it[1200];
+        for (size_t j = 0; j < items && j < sizeof it; j++) {
+            uint64_t r = sqz_test_rand(&rs);
+            /* mostly literals (a 0 control byte now and then), so that the
+             * table fills and references resolve */
+            it[j] = (char)((r & 3) == 0 ? r >> 8 : (r >> 8) & 0x11);
+        }
+        n = qipc_stream(b, len, it, items < sizeof it ? items : sizeof it);
+        try_corrupt(Q, b, n, len);
+    }
+
+    /* real streams with 1..4 bytes of the items changed: many still decode
+     * (a changed literal, count or index that resolves), all stay inside
+     * their buffers and give exactly the expected size or -EBADMSG */
+    int decoded = 0, trials = 0;
+    for (int k = 1; k < NKINDS; k++) {
+        size_t sz = 4096 + 37 * (size_t)k;
+        size_t cap = sqz_compress_bound(Q, sz);
+        unsigned char *c = malloc(cap);
+        REQUIRE(c);
+        ssize_t cl = sqz_compress(Q, 0, data[k], sz, c, cap);
+        REQUIRE(cl > 4);
+        for (int t = 0; t < 1500; t++) {
+            unsigned char *m = malloc((size_t)cl);
+            REQUIRE(m);
+            memcpy(m, c, (size_t)cl);
+            int flips = 1 + (int)(sqz_test_rand(&rs) % 4);
+            for (int f = 0; f < flips; f++)
+                m[4 + sqz_test_rand(&rs) % ((size_t)cl - 4)] =
+                    (unsigned char)sqz_test_rand(&rs);
+            decoded += try_corrupt(Q, m, (size_t)cl, sz) == (ssize_t)sz;
+            trials++;
+            free(m);
+        }
+        free(c);
+    }
+    CHECK(decoded > 0 && decoded < trials);
+}
+
 /* ---- threads ---- */
 
 typedef struct thread_arg {
@@ -411,7 +562,10 @@ static void *thread_main(void *p)
 {
     thread_arg *ta = p;
     size_t n = 131072;
-    size_t cap = sqz_compress_bound(SQZ_ALG_GZIP, n) + 1024;
+    size_t cap = 0; /* the largest bound of any codec */
+    for (int i = 0; i < SQZ_ALG_COUNT; i++)
+        if (sqz_compress_bound(sqz_all_algs[i], n) > cap)
+            cap = sqz_compress_bound(sqz_all_algs[i], n);
     unsigned char *src = malloc(n), *c = malloc(cap), *ref = malloc(cap),
                   *out = malloc(n);
     if (!src || !c || !ref || !out) {
@@ -463,6 +617,38 @@ static void test_threads(void)
     }
 }
 
+/* SQZ_WRITE_CORPUS=DIR: the seed corpus of tests/fuzz/fuzz_codec.c (input
+ * format there): for every codec, valid streams of three kinds of data. */
+static void write_corpus(const char *dir)
+{
+    for (int i = 0; i < SQZ_ALG_COUNT; i++) {
+        sqz_alg a = sqz_all_algs[i];
+        static const int kinds[] = {1, 2, 4}; /* longs, text, runs */
+        for (size_t ki = 0; ki < 3; ki++) {
+            int k = kinds[ki];
+            size_t sz = 3000;
+            size_t bound = sqz_compress_bound(a, sz);
+            unsigned char *buf = malloc(4 + bound);
+            REQUIRE(buf);
+            buf[0] = (unsigned char)i;
+            buf[1] = (unsigned char)sz;
+            buf[2] = (unsigned char)(sz >> 8);
+            buf[3] = 0;
+            ssize_t c = sqz_compress(a, sqz_level_default(a), data[k], sz,
+                                     buf + 4, bound);
+            REQUIRE(c >= 0);
+            char path[4200];
+            snprintf(path, sizeof path, "%s/%s-kind%d", dir, sqz_alg_name(a), k);
+            FILE *f = fopen(path, "wb");
+            REQUIRE(f);
+            REQUIRE(fwrite(buf, 1, 4 + (size_t)c, f) == 4 + (size_t)c);
+            fclose(f);
+            free(buf);
+        }
+    }
+    printf("corpus written to %s\n", dir);
+}
+
 int main(void)
 {
     for (int k = 0; k < NKINDS; k++) {
@@ -470,11 +656,19 @@ int main(void)
         REQUIRE(data[k]);
         sqz_test_fill(data[k], MAXN, k, 42 + (uint64_t)k);
     }
+    const char *corpus = getenv("SQZ_WRITE_CORPUS");
+    if (corpus) {
+        write_corpus(corpus);
+        for (int k = 0; k < NKINDS; k++)
+            free(data[k]);
+        return sqz_test_done("test_codec (corpus)");
+    }
     test_registry();
     test_invalid_args();
     test_compress_ratio_sanity();
     test_enospc();
     test_corrupt();
+    test_qipc_hostile();
     test_threads();
     test_roundtrip();
     for (int k = 0; k < NKINDS; k++)

@@ -83,6 +83,10 @@ static void test_specs(void)
     check_spec("20 0 0", SQZ_ALG_NONE, 0, 20, 0);
     check_spec("14\t3  0", SQZ_ALG_SNAPPY, 0, 14, 0);
     check_spec("18 4 12", SQZ_ALG_LZ4HC, 12, 18, 0);
+    check_spec("17 1 0", SQZ_ALG_QIPC, 0, 17, 0);
+    check_spec("\"17 1 0\"", SQZ_ALG_QIPC, 0, 17, 0);
+    check_spec("qipc/128K", SQZ_ALG_QIPC, 0, 17, 0);
+    check_spec("QIPC", SQZ_ALG_QIPC, 0, 0, 0);
     check_spec("\"zstd:3\"", SQZ_ALG_ZSTD, 3, 0, 0);
 
     check_bad_spec("zsdt", "unknown algorithm 'zsdt'");
@@ -115,8 +119,8 @@ static void test_specs(void)
     check_bad_spec("zstd:3:4", "invalid zstd level");
     check_bad_spec("zstd : 3", "kdb+ logical block size");
     check_bad_spec("zstd:3 junk", "kdb+");
-    check_bad_spec("17 1 0", "kdb+ algorithm 1 (q IPC) is not supported");
-    check_bad_spec("\"17 1 0\"", "use 0 none, 2 gzip, 3 snappy, 4 lz4hc or 5 zstd");
+    check_bad_spec("17 1 1", "qipc level 1 is out of range 0..0");
+    check_bad_spec("17 7 0", "use 0 none, 1 qipc, 2 gzip, 3 snappy, 4 lz4hc or 5 zstd");
     check_bad_spec("21 2 6", "out of range 12..20");
     check_bad_spec("11 2 6", "out of range 12..20");
     check_bad_spec("17 2 10", "gzip level 10 is out of range 0..9");
@@ -183,6 +187,7 @@ static void test_format(void)
         {{SQZ_ALG_LZ4HC, 9, 16, 0}, "lz4hc:9/64K"},
         {{SQZ_ALG_ZSTD, -7, 12, 0}, "zstd:-7/4K"},
         {{SQZ_ALG_LZ4, 0, 20, 0}, "lz4/1M"},
+        {{SQZ_ALG_QIPC, 0, 17, 0}, "qipc/128K"},
         {{SQZ_ALG_GZIP, 0, 19, 0}, "gzip:0/512K"},
     };
     char buf[64];
@@ -199,7 +204,7 @@ static void test_format(void)
     /* invalid specs are not formatted */
     sqz_spec bad1 = {SQZ_ALG_ZSTD, 23, 17, 0};
     sqz_spec bad2 = {SQZ_ALG_ZSTD, 3, 21, 0};
-    sqz_spec bad3 = {(sqz_alg)1, 0, 17, 0};
+    sqz_spec bad3 = {(sqz_alg)7, 0, 17, 0};
     sqz_spec bad4 = {SQZ_ALG_ZSTD, 3, 17, 4};
     CHECK_EQ_INT(sqz_spec_format(&bad1, buf, sizeof buf), -EINVAL);
     CHECK_EQ_INT(sqz_spec_format(&bad2, buf, sizeof buf), -EINVAL);
@@ -409,7 +414,7 @@ static void test_rules(void)
         {"a 17 2 6\n", "rules.txt:1: unexpected text after the spec"},
         {"a zstd:3 extra\n", "rules.txt:1: unexpected text"},
         {"\n\n\n\na zstd:30\n", "rules.txt:5: zstd level 30 is out of range"},
-        {"a \"17 1 0\"\n", "rules.txt:1: kdb+ algorithm 1 (q IPC)"},
+        {"a \"17 7 0\"\n", "rules.txt:1: unknown kdb+ algorithm 7"},
         {"a zstd/3K\n", "rules.txt:1: invalid block size '3K'"},
         {"x zstd\r\ny gzip:11\r\n", "rules.txt:2: gzip level 11"},
     };
