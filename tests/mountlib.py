@@ -161,3 +161,12 @@ class Mount:
             else:
                 self.kill()
         return False
+
+
+def flip_bytes(path, pos, n=64):
+    """Invert n bytes of a file at pos (bit rot, a bad sector)."""
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        chunk = f.read(n)
+        f.seek(pos)
+        f.write(bytes(x ^ 0xFF for x in chunk))

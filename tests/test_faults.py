@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from mountlib import is_mounted, run_cli, squeezefs_bin
+from mountlib import flip_bytes, is_mounted, run_cli, squeezefs_bin
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -45,15 +45,6 @@ def write_fsync_chunks(path, data, chunk=256 << 10):
 
 def sha(b):
     return hashlib.sha256(b).hexdigest()
-
-
-def flip_bytes(path, pos, n=64):
-    """Invert n bytes of a file at pos (bit rot)."""
-    with open(path, "r+b") as f:
-        f.seek(pos)
-        chunk = f.read(n)
-        f.seek(pos)
-        f.write(bytes(x ^ 0xFF for x in chunk))
 
 
 def damage_a_block(path, n=64):

@@ -23,7 +23,7 @@ import time
 
 import pytest
 
-from mountlib import run_cli
+from mountlib import flip_bytes, run_cli
 
 # layout (docs/FORMAT.md)
 HDR_REGION = 4096
@@ -117,11 +117,7 @@ def region_offset(path, region):
 
 
 def flip(path, off, n=16):
-    with open(path, "r+b") as f:
-        f.seek(off)
-        b = f.read(n)
-        f.seek(off)
-        f.write(bytes(x ^ 0xFF for x in b))
+    flip_bytes(path, off, n)
 
 
 def read_blocks(path, expect, bs):

@@ -137,6 +137,8 @@ struct sqz_fs {
     pthread_mutex_t readahead_mu; /* serialises that first attempt */
 
     struct sqz_durable *durable; /* durable.c; NULL before start */
+    int wlock_fd;               /* wlock.c: the writer lock (-1: none) */
+    int wlock_posix;            /* it is a per-process POSIX lock */
 
     pthread_mutex_t itable_lock;
     struct sqz_inode **buckets;
@@ -274,6 +276,14 @@ int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
 sqz_ctr *sqz_durable_take_locked(struct sqz_inode *in);
 void sqz_durable_stats(struct sqz_fs *fs, uint64_t *queued, uint64_t *marked,
                        uint64_t *batches, uint64_t *failures);
+
+/* ---- wlock.c: one read-write mount per BACKING ---- */
+/* Before mounting (read-write mounts only): take the writer lock. -EBUSY
+ * with a message naming the holder if another mount holds it. */
+int sqz_writer_lock(struct sqz_fs *fs, char *err, size_t errlen);
+/* After daemonizing: record this process as the holder. */
+int sqz_writer_lock_own(struct sqz_fs *fs);
+void sqz_writer_unlock(struct sqz_fs *fs);
 
 /* ---- recompress.c ---- */
 /* Rewrite a regular file under spec (crash-safe temp + rename). */

@@ -307,6 +307,7 @@ static void teardown(struct sqz_fs *fs)
     if (fs->rules)
         sqz_rules_free(fs->rules);
     fs->rules = NULL;
+    sqz_writer_unlock(fs); /* every write to BACKING is done */
     if (fs->root_dirfd >= 0)
         close(fs->root_dirfd);
     fs->root_dirfd = -1;
@@ -332,6 +333,7 @@ int sqz_mount_main(int argc, char **argv)
     memset(fs, 0, sizeof(*fs));
     pthread_mutex_init(&fs->readahead_mu, NULL); /* cannot fail (defaults) */
     fs->root_dirfd = -1;
+    fs->wlock_fd = -1;
     sqz_mount_opts_init(&fs->opts);
     struct cmdline cl;
     memset(&cl, 0, sizeof(cl));
@@ -378,6 +380,11 @@ int sqz_mount_main(int argc, char **argv)
         goto out_session;
     }
     fs->mnt_real = realpath(cl.pos[1], NULL); /* NULL: no readahead= */
+    char lerr[1024];
+    if (sqz_writer_lock(fs, lerr, sizeof(lerr)) != 0) {
+        fprintf(stderr, "squeezefs: %s\n", lerr);
+        goto out_signals;
+    }
     if (fuse_session_mount(se, cl.pos[1]) != 0) {
         fprintf(stderr, "squeezefs: cannot mount on %s\n", cl.pos[1]);
         goto out_signals;
@@ -393,6 +400,8 @@ int sqz_mount_main(int argc, char **argv)
         openlog("squeezefs", LOG_PID, LOG_DAEMON);
         fs->syslog = 1;
     }
+    if (sqz_writer_lock_own(fs) != 0)
+        goto out_unmount;
     /* Threads are started after fuse_daemonize (fork keeps one thread). */
     sqz_engine_opts eo;
     memset(&eo, 0, sizeof(eo));

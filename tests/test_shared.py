@@ -1,0 +1,58 @@
+"""Shared BACKING: one writer, enforced (issue 15, item 1).
+
+A read-write mount holds an exclusive lock on BACKING; a second read-write
+mount of the same BACKING is refused with a message naming the holder,
+read-only mounts may be many, and a crashed writer's lock goes with it.
+"""
+import os
+import signal
+
+import pytest
+
+
+def test_second_rw_mount_is_refused(mount_factory, tmp_path):
+    backing = tmp_path / "shared"
+    w = mount_factory(backing=backing, name="w")
+    with pytest.raises(RuntimeError) as ei:
+        mount_factory(backing=backing, name="w2")
+    msg = str(ei.value)
+    assert "already mounted read-write" in msg, msg
+    assert f"pid {w.proc.pid}" in msg, msg
+    assert os.path.realpath(w.mnt) in msg, msg
+    # the writer is unharmed and its lock file is not part of the tree
+    with open(w.path("f"), "wb") as f:
+        f.write(b"x" * 100000)
+    assert sorted(os.listdir(w.mnt)) == ["f"]
+    assert w.unmount() == 0, w.log()
+
+
+def test_readers_mount_beside_the_writer(mount_factory, tmp_path):
+    backing = tmp_path / "shared"
+    w = mount_factory(backing=backing, name="w")
+    data = os.urandom(50000) * 4
+    with open(w.path("f"), "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    r1 = mount_factory(options=["ro"], backing=backing, name="r1")
+    r2 = mount_factory(options=["ro"], backing=backing, name="r2")
+    for r in (r1, r2):
+        assert open(r.path("f"), "rb").read() == data
+    for m in (r1, r2, w):
+        assert m.unmount() == 0, m.log()
+
+
+def test_lock_goes_with_a_killed_writer(mount_factory, tmp_path):
+    backing = tmp_path / "shared"
+    w = mount_factory(backing=backing, name="w")
+    with open(w.path("f"), "wb") as f:
+        f.write(b"abc" * 1000)
+        f.flush()
+        os.fsync(f.fileno())
+    w.kill(signal.SIGKILL)
+    w2 = mount_factory(backing=backing, name="w2")
+    assert open(w2.path("f"), "rb").read() == b"abc" * 1000
+    assert w2.unmount() == 0, w2.log()
+    # after a clean unmount the next writer mounts too
+    w3 = mount_factory(backing=backing, name="w3")
+    assert w3.unmount() == 0, w3.log()
