@@ -64,7 +64,7 @@ static int writeback_pass(sqz_engine *e, uint64_t cutoff)
 {
     size_t n = 0;
     for (sqz_file_link *l = e->files; l; l = l->next) {
-        uint64_t since = sqz_file_dirty_since(l->file);
+        uint64_t since = atomic_load(&l->dirty_since);
         if (since != 0 && since <= cutoff)
             n++;
     }
@@ -75,7 +75,7 @@ static int writeback_pass(sqz_engine *e, uint64_t cutoff)
         return -ENOMEM;
     size_t k = 0;
     for (sqz_file_link *l = e->files; l && k < n; l = l->next) {
-        uint64_t since = sqz_file_dirty_since(l->file);
+        uint64_t since = atomic_load(&l->dirty_since);
         if (since != 0 && since <= cutoff) {
             l->refs++;
             v[k++] = l;
@@ -84,7 +84,7 @@ static int writeback_pass(sqz_engine *e, uint64_t cutoff)
     pthread_mutex_unlock(&e->files_lock);
     int first_err = 0;
     for (size_t i = 0; i < k; i++) {
-        int rc = sqz_file_writeback(v[i]->file, cutoff);
+        int rc = v[i]->writeback(v[i]->file, cutoff);
         if (rc < 0 && !first_err)
             first_err = rc;
     }

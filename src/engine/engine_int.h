@@ -45,11 +45,22 @@ typedef struct sqz_stats_live {
     sqz_counter cache_hits, cache_misses;
 } sqz_stats_live;
 
-/* Membership of a file in its engine's open set (files_lock). */
+/* Membership of a file in its engine's open set. The file layer
+ * registers its write-back callback here, so the flusher (engine.c) never
+ * calls into file code by name. */
 typedef struct sqz_file_link {
+    /* files_lock: */
     struct sqz_file_link *prev, *next;
-    sqz_file *file;
     unsigned refs;   /* flusher / flush_all users of this file */
+    /* const after sqz_engine_attach: */
+    sqz_file *file;
+    /* Commit the file if it became dirty at or before cutoff_ms
+     * (UINT64_MAX = whenever dirty). 0 or negative errno (the data then
+     * stays dirty). Called without files_lock, with a reference held. */
+    int (*writeback)(sqz_file *f, uint64_t cutoff_ms);
+    /* Monotonic ms when the file became dirty, 0 if clean: written by the
+     * file under its lock, read lock-free by the flusher. */
+    sqz_counter dirty_since;
 } sqz_file_link;
 
 struct sqz_engine {
@@ -79,18 +90,11 @@ struct sqz_engine {
 /* Monotonic clock in ms (never 0). */
 uint64_t sqz_engine_now_ms(void);
 
-/* engine.c: open-file set. */
+/* engine.c: open-file set. l->file and l->writeback must be set. */
 void sqz_engine_attach(sqz_engine *e, sqz_file_link *l);
 /* Remove from the set and wait until no flusher/flush_all uses it. */
 void sqz_engine_detach(sqz_engine *e, sqz_file_link *l);
 /* Ask the flusher to commit other files now (total dirty above max). */
 void sqz_engine_pressure(sqz_engine *e);
-
-/* file.c, for the flusher: */
-/* Monotonic ms when the file became dirty, 0 if clean (lock-free). */
-uint64_t sqz_file_dirty_since(sqz_file *f);
-/* Commit if the file became dirty at or before cutoff_ms (UINT64_MAX =
- * whenever dirty). 0 or negative errno (the data then stays dirty). */
-int sqz_file_writeback(sqz_file *f, uint64_t cutoff_ms);
 
 #endif

@@ -67,8 +67,6 @@ struct sqz_file {
     sqz_cblock **dirty;      /* sorted by idx */
     size_t ndirty, capdirty;
     size_t dirty_bytes;
-    sqz_counter dirty_since; /* written under lock (exclusive); read
-                                lock-free by the flusher; 0 = clean */
     struct abatch *inflight_head, *inflight_tail; /* FIFO, oldest first */
     size_t inflight_bytes;   /* blocks being compressed or awaiting commit */
     int bg_err;              /* error of a background commit, not yet
@@ -91,7 +89,9 @@ struct sqz_file {
     uint64_t *loading;
     size_t nloading, caploading;
 
-    sqz_file_link link;      /* engine's open set (files_lock) */
+    sqz_file_link link;      /* engine's open set; link.dirty_since is
+                                written under lock (exclusive), read
+                                lock-free by the flusher; 0 = clean */
 };
 
 /* ---- helpers ---- */
@@ -153,15 +153,15 @@ static int dirty_insert(sqz_file *f, sqz_cblock *b)
     f->ndirty++;
     f->dirty_bytes += f->bs;
     atomic_fetch_add(&f->e->dirty_total, f->bs);
-    if (atomic_load(&f->dirty_since) == 0)
-        atomic_store(&f->dirty_since, sqz_engine_now_ms());
+    if (atomic_load(&f->link.dirty_since) == 0)
+        atomic_store(&f->link.dirty_since, sqz_engine_now_ms());
     return 0;
 }
 
 static void mark_length_dirty(sqz_file *f)
 {
-    if (atomic_load(&f->dirty_since) == 0)
-        atomic_store(&f->dirty_since, sqz_engine_now_ms());
+    if (atomic_load(&f->link.dirty_since) == 0)
+        atomic_store(&f->link.dirty_since, sqz_engine_now_ms());
 }
 
 /* Fill out[bs] with the current content of block idx, which is not dirty
@@ -467,7 +467,7 @@ static int commit_inflight(sqz_file *f, int wait_all)
     atomic_fetch_sub(&e->dirty_total, total * f->bs);
     f->committed_len = new_len;
     if (is_clean(f))
-        atomic_store(&f->dirty_since, 0);
+        atomic_store(&f->link.dirty_since, 0);
     return 0;
 }
 
@@ -489,7 +489,7 @@ static int commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
     uint64_t nb = nblocks_of(f, new_len);
     if (f->ndirty == 0 && !extra && new_len == f->committed_len) {
         f->length = new_len;
-        atomic_store(&f->dirty_since, 0);
+        atomic_store(&f->link.dirty_since, 0);
         return 0;
     }
 
@@ -582,11 +582,13 @@ static int commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
     f->ndirty = 0;
     f->dirty_bytes = 0;
     f->length = f->committed_len = new_len;
-    atomic_store(&f->dirty_since, 0);
+    atomic_store(&f->link.dirty_since, 0);
     return 0;
 }
 
 /* ---- open / close ---- */
+
+static int file_writeback(sqz_file *f, uint64_t cutoff_ms);
 
 int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out)
 {
@@ -602,7 +604,7 @@ int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out)
     while (((size_t)1 << f->log2bs) < f->bs)
         f->log2bs++;
     f->length = f->committed_len = sqz_ctr_length(c);
-    atomic_init(&f->dirty_since, 0);
+    atomic_init(&f->link.dirty_since, 0);
     f->ra_next_off = UINT64_MAX;
     f->ra_cap = (size_t)e->readahead_blocks;
     sqz_batch_init(&f->ra_batch, NULL, 0);
@@ -637,6 +639,7 @@ int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out)
         goto fail;
     }
     f->link.file = f;
+    f->link.writeback = file_writeback;
     sqz_engine_attach(e, &f->link);
     *out = f;
     return 0;
@@ -1185,22 +1188,18 @@ int sqz_file_fsync(sqz_file *f, int datasync)
     return sqz_ctr_sync(f->c, datasync);
 }
 
-int sqz_file_writeback(sqz_file *f, uint64_t cutoff_ms)
+/* The flusher's callback (sqz_file_link.writeback). */
+static int file_writeback(sqz_file *f, uint64_t cutoff_ms)
 {
     pthread_rwlock_wrlock(&f->lock);
     int rc = 0;
-    uint64_t since = atomic_load(&f->dirty_since);
+    uint64_t since = atomic_load(&f->link.dirty_since);
     if (since != 0 && since <= cutoff_ms)
         rc = commit_locked(f, f->length, NULL);
     if (rc < 0 && f->bg_err == 0)
         f->bg_err = rc; /* reported by the next write/flush/fsync/close */
     pthread_rwlock_unlock(&f->lock);
     return rc;
-}
-
-uint64_t sqz_file_dirty_since(sqz_file *f)
-{
-    return atomic_load(&f->dirty_since);
 }
 
 /* ---- queries ---- */
