@@ -202,7 +202,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
             pthread_mutex_unlock(&d->mu);
         } else {
             char label[PATH_MAX];
-            sqz_content_label(fs, in, label, sizeof(label));
+            sqz_inode_label(fs, in, label, sizeof(label));
             sqz_logf(0, "%s: cannot make the closed file durable: %s", label,
                      strerror(-r));
             if (first == 0)

@@ -206,6 +206,34 @@ int sqz_name_ok(const char *name)
     return 1;
 }
 
+int sqz_inode_reopen(struct sqz_inode *in, int flags)
+{
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    int fd = open(pp, flags | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+/* Label for log lines: the path inside the mount. */
+void sqz_inode_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                     size_t n)
+{
+    if (sqz_inode_relpath(fs, in, buf, n) != 0 || !buf[0])
+        snprintf(buf, n, "(inode %llu)", (unsigned long long)in->ino);
+}
+
+int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
+                  const char *name, const struct stat *parent_st)
+{
+    if (fs->uid != 0)
+        return 0;
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    gid_t gid = (parent_st->st_mode & S_ISGID) ? parent_st->st_gid : ctx->gid;
+    if (fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
+    return 0;
+}
+
 int sqz_backing_stat(struct sqz_inode *in, struct stat *st)
 {
     if (fstatat(in->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
@@ -213,20 +241,11 @@ int sqz_backing_stat(struct sqz_inode *in, struct stat *st)
     return 0;
 }
 
-int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st)
+int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
+                     const char *name, struct stat *st,
+                     struct sqz_inode **out)
 {
-    int rc = sqz_backing_stat(in, st);
-    if (rc)
-        return rc;
-    if (S_ISREG(st->st_mode))
-        sqz_content_fix_stat(fs, in, st);
-    return 0;
-}
-
-int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
-                  const char *name, struct fuse_entry_param *e)
-{
-    memset(e, 0, sizeof(*e));
+    *out = NULL;
     if (!sqz_name_ok(name))
         return -EINVAL;
     if (sqz_name_hidden(name))
@@ -234,20 +253,19 @@ int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
     int fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    struct stat st;
-    if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+    if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
         int err = -errno;
         close(fd);
         return err;
     }
     pthread_mutex_lock(&fs->itable_lock);
-    struct sqz_inode *in = table_find(fs, st.st_dev, st.st_ino);
+    struct sqz_inode *in = table_find(fs, st->st_dev, st->st_ino);
     if (in) {
         in->nlookup++;
         pthread_mutex_unlock(&fs->itable_lock);
         close(fd);
     } else {
-        in = inode_new(fd, &st);
+        in = inode_new(fd, st);
         if (!in) {
             pthread_mutex_unlock(&fs->itable_lock);
             close(fd);
@@ -258,12 +276,7 @@ int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
         table_insert(fs, in);
         pthread_mutex_unlock(&fs->itable_lock);
     }
-    if (S_ISREG(st.st_mode))
-        sqz_content_fix_stat(fs, in, &st);
-    e->ino = sqz_nodeid(fs, in);
-    e->attr = st;
-    e->attr_timeout = fs->timeout;
-    e->entry_timeout = fs->timeout;
+    *out = in;
     return 0;
 }
 

@@ -9,7 +9,6 @@
  * fsyncs every open file; the exit status is 0 unless that failed. */
 #include "fuse/fs.h"
 #include "fuse/fuse_main.h"
-#include "fuse/readahead.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -93,26 +92,6 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     conn->max_write = MAX_IO;
     if (conn->max_readahead > MAX_IO)
         conn->max_readahead = MAX_IO;
-}
-
-void sqz_fs_tune_readahead(struct sqz_fs *fs)
-{
-    if (atomic_load_explicit(&fs->readahead_done, memory_order_acquire))
-        return;
-    /* Concurrent first opens wait here until the window is set: a file
-     * opened before it would keep the old window for its whole life. */
-    pthread_mutex_lock(&fs->readahead_mu);
-    if (!atomic_load_explicit(&fs->readahead_done, memory_order_relaxed)) {
-        if (fs->opts.readahead_bytes != 0 && fs->mnt_real) {
-            int rc = sqz_set_mount_readahead(fs->mnt_real,
-                                             fs->opts.readahead_bytes);
-            if (rc < 0)
-                sqz_logf(2, "readahead=%zuK not applied (kernel default kept): %s",
-                         fs->opts.readahead_bytes / 1024, strerror(-rc));
-        }
-        atomic_store_explicit(&fs->readahead_done, 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&fs->readahead_mu);
 }
 
 static int g_destroy_rc; /* written once by op_destroy, read after the loop */

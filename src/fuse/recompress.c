@@ -169,7 +169,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     char err[256] = "";
 
     char label[PATH_MAX];
-    sqz_content_label(fs, in, label, sizeof(label));
+    sqz_inode_label(fs, in, label, sizeof(label));
     char abs[PATH_MAX + 16], dir[PATH_MAX], base[NAME_MAX + 1];
     char tmp[64];
     int dirfd = -1, rc;
@@ -214,7 +214,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
         src.sf = in->sf;
         len = sqz_file_length(in->sf);
     } else {
-        int fd = sqz_content_reopen(in, O_RDONLY);
+        int fd = sqz_inode_reopen(in, O_RDONLY);
         if (fd < 0) {
             rc = fd;
             goto out;
