@@ -63,7 +63,7 @@ ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,
     int r = sqz_block_load(c, e, buf, &why);
     if (r < 0) {
         if (r != -ENOMEM) {
-            sqz_logf(0, "%s: block %llu is damaged (%s at offset %llu)",
+            sqz_logf(SQZ_LOG_ERR, "%s: block %llu is damaged (%s at offset %llu)",
                      c->label, (unsigned long long)idx, why,
                      (unsigned long long)e->off);
             r = -EIO;

@@ -83,7 +83,7 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
     c->file_size = fsize;
     if (c->writable && fsize > c->end) {
         c->file_size = c->end;
-        sqz_logf(1, "%s: discarding %llu bytes of torn/uncommitted tail",
+        sqz_logf(SQZ_LOG_WARN, "%s: discarding %llu bytes of torn/uncommitted tail",
                  c->label, (unsigned long long)(fsize - c->end));
         if ((r = io->truncate(io->ctx, fd, c->end)) < 0 ||
             (r = io->sync(io->ctx, fd, 1)) < 0) {
@@ -112,7 +112,7 @@ int sqz_ctr_open_fd_io(int fd, int flags, const char *label, const sqz_io *io,
     const char *why = NULL;
     int r = sqz_ctr_open_internal(fd, flags, label, io, 1, out, &why);
     if (r < 0 && why)
-        sqz_logf(0, "%s: %s", label ? label : "(container)", why);
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", why);
     return r;
 }
 
@@ -128,7 +128,7 @@ int sqz_ctr_create_fd_io(int fd, const sqz_params *p, const char *label,
     *out = NULL;
     int r = sqz_params_check(p, err, sizeof err);
     if (r < 0) {
-        sqz_logf(0, "%s: %s", label ? label : "(container)", err);
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", err);
         close(fd);
         return r;
     }

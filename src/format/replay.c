@@ -143,7 +143,7 @@ static int apply_lost(sqz_state *st, pending *pd, size_t n, const char *label)
             return r;
         st->dead_bytes += replaced;
     }
-    sqz_logf(0, "%s: the commit record of transaction(s) %llu..%llu is "
+    sqz_logf(SQZ_LOG_ERR, "%s: the commit record of transaction(s) %llu..%llu is "
                 "damaged; %zu intact block(s) of them recovered, their length "
                 "changes and holes are lost", label,
              (unsigned long long)pd->v[0].txn,
@@ -268,7 +268,7 @@ static int apply_commit_damaged(sqz_state *st, const sqz_header *h,
     if (r < 0)
         return r;
     if (seq > st->txn + 1)
-        sqz_logf(0, "%s: transaction(s) %llu..%llu are lost in damaged log "
+        sqz_logf(SQZ_LOG_ERR, "%s: transaction(s) %llu..%llu are lost in damaged log "
                     "records (their blocks keep older contents)", label,
                  (unsigned long long)(st->txn + 1),
                  (unsigned long long)(seq - 1));
@@ -318,12 +318,12 @@ static int leave_durable(sqz_state *st, pending *pd, uint64_t durable,
         st->txn = st->mark_txn;
         st->lost_commits++;
         st->valid_end = durable;
-        sqz_logf(0, "%s: the last synced commit is damaged; its blocks and "
+        sqz_logf(SQZ_LOG_ERR, "%s: the last synced commit is damaged; its blocks and "
                     "the length %llu recorded with the durable mark are used",
                  label, (unsigned long long)st->mark_len);
         return 0;
     }
-    sqz_logf(0, "%s: the last synced commit is damaged; the file's length "
+    sqz_logf(SQZ_LOG_ERR, "%s: the last synced commit is damaged; the file's length "
                 "is unknown", label);
     return 2;
 }
@@ -356,7 +356,7 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
     if (durable < pos)
         durable = pos;
     if (durable > file_size) {
-        sqz_logf(0, "%s: the file ends at %llu, before the end of its synced "
+        sqz_logf(SQZ_LOG_ERR, "%s: the file ends at %llu, before the end of its synced "
                     "log (%llu)", label, (unsigned long long)file_size,
                  (unsigned long long)durable);
         durable = file_size & ~(uint64_t)7; /* records are 8-aligned */
@@ -480,7 +480,7 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
         uint64_t next = durable;
         if ((r = sqz_scan_resync(&sc, pos, durable, h->file_id, &budget, &next)) < 0)
             break;
-        sqz_logf(0, "%s: damaged log record at offset %llu (synced data): "
+        sqz_logf(SQZ_LOG_ERR, "%s: damaged log record at offset %llu (synced data): "
                     "%llu bytes skipped, replay continues at offset %llu",
                  label, (unsigned long long)pos,
                  (unsigned long long)(next - pos), (unsigned long long)next);
@@ -502,7 +502,7 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
     free(pd.v);
     if (r < 0) {
         if (r == -EBADMSG && unknown) {
-            sqz_logf(0, "%s: the damaged log before offset %llu held blocks "
+            sqz_logf(SQZ_LOG_ERR, "%s: the damaged log before offset %llu held blocks "
                         "of a lost transaction that cannot be identified",
                      label, (unsigned long long)unknown);
             *why = "log damaged (lost transaction's blocks unknown)";

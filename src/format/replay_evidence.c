@@ -91,7 +91,7 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
         if (r2 == 0)
             sqz_index_free(&st2.ix);
         st->tail_commits = commits;
-        sqz_logf(0, "%s: the log after offset %llu is unreadable although "
+        sqz_logf(SQZ_LOG_ERR, "%s: the log after offset %llu is unreadable although "
                     "%llu later commit record(s) follow; treated as an "
                     "uncommitted tail (a crash before the data was synced, "
                     "or damage that cannot be told apart from one)",
@@ -100,7 +100,7 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
                  (unsigned long long)commits);
         return 0;
     }
-    sqz_logf(0, "%s: damaged log records after the durable mark (offset "
+    sqz_logf(SQZ_LOG_ERR, "%s: damaged log records after the durable mark (offset "
                 "%llu): later commits up to offset %llu are intact, so the "
                 "damaged blocks read as errors and the file keeps its length",
              label ? label : "(container)",

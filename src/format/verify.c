@@ -142,7 +142,7 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
      * counted as damage here; the caller reports it with
      * sqz_ctr_tail_bytes as an uncommitted tail (never "ok"). */
     if (r == 0 && fsize > c->end)
-        sqz_logf(1, "%s: uncommitted tail, %llu bytes after offset %llu%s",
+        sqz_logf(SQZ_LOG_WARN, "%s: uncommitted tail, %llu bytes after offset %llu%s",
                  c->label, (unsigned long long)(fsize - c->end),
                  (unsigned long long)c->end,
                  c->st.tail_commits ? " (holding later commits that cannot "

@@ -336,7 +336,7 @@ int sqz_content_sync_all(struct sqz_fs *fs)
         if (rc < 0) {
             char label[PATH_MAX];
             sqz_inode_label(fs, in, label, sizeof(label));
-            sqz_logf(0, "%s: sync at unmount failed: %s", label, strerror(-rc));
+            sqz_logf(SQZ_LOG_ERR, "%s: sync at unmount failed: %s", label, strerror(-rc));
             if (first == 0)
                 first = rc;
         }

@@ -62,7 +62,7 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
     sqz_ctr *c = NULL;
     int rc = sqz_ctr_open_fd(fd, mode, label, &c);
     if (rc == -EBADMSG) {
-        sqz_logf(0, "%s: damaged container header: %s", label, strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "%s: damaged container header: %s", label, strerror(-rc));
         sqz_content_invalidate(in);
         return -EIO;
     }
@@ -75,7 +75,7 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
     if (in->sf) {
         int rc2 = sqz_file_close(in->sf);
         if (rc2)
-            sqz_logf(1, "%s: closing the read-only view: %s", label,
+            sqz_logf(SQZ_LOG_WARN, "%s: closing the read-only view: %s", label,
                      strerror(-rc2));
     }
     in->sf = nsf;
@@ -92,7 +92,7 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
     sqz_inode_label(fs, in, label, sizeof(label));
     char err[256] = "";
     if (sqz_params_check(p, err, sizeof(err)) != 0) {
-        sqz_logf(0, "%s: invalid compression parameters: %s", label, err);
+        sqz_logf(SQZ_LOG_ERR, "%s: invalid compression parameters: %s", label, err);
         return -EINVAL;
     }
     int fd = sqz_inode_reopen(in, O_RDWR);
@@ -241,7 +241,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     case SQZ_K_DAMAGED: {
         char label[PATH_MAX];
         sqz_inode_label(fs, in, label, sizeof(label));
-        sqz_logf(0, "%s: damaged container header, refusing to open", label);
+        sqz_logf(SQZ_LOG_ERR, "%s: damaged container header, refusing to open", label);
         rc = -EIO;
         goto out;
     }
@@ -343,7 +343,7 @@ void sqz_content_restore_times(struct sqz_inode *in)
         char pp[64];
         sqz_proc_path(in->fd, pp, sizeof(pp));
         if (utimensat(AT_FDCWD, pp, tv, 0) != 0)
-            sqz_logf(1, "squeezefs: restoring file times failed: %s",
+            sqz_logf(SQZ_LOG_WARN, "squeezefs: restoring file times failed: %s",
                      strerror(errno));
     }
     pthread_mutex_unlock(&in->meta);
@@ -369,7 +369,7 @@ static void reclaim_if_wasteful(struct sqz_fs *fs, struct sqz_inode *in)
     if (rc) {
         char label[PATH_MAX];
         sqz_inode_label(fs, in, label, sizeof(label));
-        sqz_logf(1, "%s: reclaiming dead space failed: %s", label, strerror(-rc));
+        sqz_logf(SQZ_LOG_WARN, "%s: reclaiming dead space failed: %s", label, strerror(-rc));
     }
 }
 

@@ -159,7 +159,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
                 flushed = -errno;
     }
     if (flushed < 0) {
-        sqz_logf(0, "squeezefs: flushing %zu closed file(s) to make them "
+        sqz_logf(SQZ_LOG_ERR, "squeezefs: flushing %zu closed file(s) to make them "
                     "durable failed: %s (retried)", m, strerror(-flushed));
         if (first == 0)
             first = flushed;
@@ -203,7 +203,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
         } else {
             char label[PATH_MAX];
             sqz_inode_label(fs, in, label, sizeof(label));
-            sqz_logf(0, "%s: cannot make the closed file durable: %s", label,
+            sqz_logf(SQZ_LOG_ERR, "%s: cannot make the closed file durable: %s", label,
                      strerror(-r));
             if (first == 0)
                 first = r;

@@ -68,7 +68,9 @@ static void log_sink(void *user, int level, const char *msg)
     struct sqz_fs *fs = user;
     fprintf(stderr, "squeezefs: %s\n", msg);
     if (fs && fs->syslog)
-        syslog(level == 0 ? LOG_ERR : level == 1 ? LOG_WARNING : LOG_INFO,
+        syslog(level == SQZ_LOG_ERR    ? LOG_ERR
+               : level == SQZ_LOG_WARN ? LOG_WARNING
+                                       : LOG_INFO,
                "%s", msg);
 }
 
@@ -260,7 +262,7 @@ static void raise_fd_limit(void)
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            sqz_logf(1, "cannot raise the open file limit: %s",
+            sqz_logf(SQZ_LOG_WARN, "cannot raise the open file limit: %s",
                      strerror(errno));
     }
 }
@@ -380,13 +382,13 @@ int sqz_mount_main(int argc, char **argv)
     eo.dirty_expire_ms = 2000;
     int rc = sqz_engine_new(&eo, &fs->engine);
     if (rc) {
-        sqz_logf(0, "cannot start the I/O engine: %s", strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "cannot start the I/O engine: %s", strerror(-rc));
         fs->engine = NULL;
         goto out_unmount;
     }
 
     if ((rc = sqz_durable_start(fs)) < 0) {
-        sqz_logf(0, "cannot start the durability thread: %s", strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "cannot start the durability thread: %s", strerror(-rc));
         goto out_unmount;
     }
 
@@ -395,7 +397,7 @@ int sqz_mount_main(int argc, char **argv)
     } else {
         struct fuse_loop_config *lc = fuse_loop_cfg_create();
         if (!lc) {
-            sqz_logf(0, "out of memory");
+            sqz_logf(SQZ_LOG_ERR, "out of memory");
             goto out_unmount;
         }
         fuse_loop_cfg_set_clone_fd(lc, 0);
@@ -406,7 +408,7 @@ int sqz_mount_main(int argc, char **argv)
     }
     status = rc < 0 ? 1 : 0;
     if (rc < 0)
-        sqz_logf(0, "request loop failed: %s", strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "request loop failed: %s", strerror(-rc));
 
 out_unmount:
     fuse_session_unmount(se);
@@ -416,7 +418,7 @@ out_session:
     fuse_session_destroy(se); /* calls op_destroy if the kernel did not */
     teardown(fs);
     if (g_destroy_rc) {
-        sqz_logf(0, "flushing at unmount failed: %s", strerror(-g_destroy_rc));
+        sqz_logf(SQZ_LOG_ERR, "flushing at unmount failed: %s", strerror(-g_destroy_rc));
         status = 1;
     }
     if (fs->syslog)

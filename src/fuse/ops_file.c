@@ -43,7 +43,7 @@ static void tune_readahead(struct sqz_fs *fs)
             int rc = sqz_set_mount_readahead(fs->mnt_real,
                                              fs->opts.readahead_bytes);
             if (rc < 0)
-                sqz_logf(2, "readahead=%zuK not applied (kernel default kept): %s",
+                sqz_logf(SQZ_LOG_INFO, "readahead=%zuK not applied (kernel default kept): %s",
                          fs->opts.readahead_bytes / 1024, strerror(-rc));
         }
         atomic_store_explicit(&fs->readahead_done, 1, memory_order_release);
@@ -163,7 +163,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     struct sqz_inode *in = sqz_inode_of(fs, e.ino);
     rc = sqz_content_create(fs, in, rel, flags, h);
     if (rc) {
-        sqz_logf(0, "%s: cannot create container: %s", rel, strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "%s: cannot create container: %s", rel, strerror(-rc));
         unlinkat(p->fd, name, 0);
         sqz_inode_forget(fs, in, 1);
         free(h);
@@ -236,7 +236,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
     struct sqz_handle *h = handle_of(fi);
     int rc = sqz_content_release(fs, h);
     if (rc < 0)
-        sqz_logf(0, "commit at close failed: %s", strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "commit at close failed: %s", strerror(-rc));
     free(h);
     fuse_reply_err(req, -rc);
 }

@@ -320,7 +320,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     }
     tmp_made = 0;
     if (fsync(dirfd) != 0)
-        sqz_logf(1, "%s: recompress: fsync of the directory failed: %s", label,
+        sqz_logf(SQZ_LOG_WARN, "%s: recompress: fsync of the directory failed: %s", label,
                  strerror(errno));
 
     /* Swap the inode over to the new backing file. */
@@ -330,7 +330,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
         rc = -errno;
         if (npfd >= 0)
             close(npfd);
-        sqz_logf(0, "%s: recompress: cannot reopen the new file: %s", label,
+        sqz_logf(SQZ_LOG_ERR, "%s: recompress: cannot reopen the new file: %s", label,
                  strerror(-rc));
         goto out;
     }
@@ -353,7 +353,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
         src.sf = NULL;
         int rc2 = sqz_file_close(old);
         if (rc2)
-            sqz_logf(1, "%s: recompress: closing the old file: %s", label,
+            sqz_logf(SQZ_LOG_WARN, "%s: recompress: closing the old file: %s", label,
                      strerror(-rc2));
     } else {
         rc = sqz_file_close(nsf);
@@ -361,7 +361,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     nsf = NULL;
     in->kind = sqz_content_handles_open(in) ? SQZ_K_CONTAINER : SQZ_K_UNKNOWN;
     sqz_content_invalidate(in);
-    sqz_logf(2, "%s: recompressed", label);
+    sqz_logf(SQZ_LOG_INFO, "%s: recompressed", label);
 
 out:
     if (nsf)
