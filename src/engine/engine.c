@@ -8,8 +8,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MIB ((size_t)1 << 20)
-
 uint64_t sqz_engine_now_ms(void)
 {
     struct timespec ts;
@@ -155,13 +153,16 @@ int sqz_engine_new(const sqz_engine_opts *o, sqz_engine **out)
     }
     e->cache_bytes = o->cache_bytes == SQZ_ENGINE_CACHE_OFF ? 0
                      : o->cache_bytes ? o->cache_bytes
-                                      : 256 * MIB;
-    e->dirty_bytes_file = o->dirty_bytes_file ? o->dirty_bytes_file : 8 * MIB;
-    e->dirty_bytes_max = o->dirty_bytes_max ? o->dirty_bytes_max : 256 * MIB;
-    e->dirty_expire_ms = o->dirty_expire_ms ? o->dirty_expire_ms : 2000;
+                                      : SQZ_ENGINE_CACHE_DEFAULT;
+    e->dirty_bytes_file = o->dirty_bytes_file ? o->dirty_bytes_file
+                                              : SQZ_ENGINE_DIRTY_FILE_DEFAULT;
+    e->dirty_bytes_max = o->dirty_bytes_max ? o->dirty_bytes_max
+                                            : SQZ_ENGINE_DIRTY_MAX_DEFAULT;
+    e->dirty_expire_ms = o->dirty_expire_ms ? o->dirty_expire_ms
+                                            : SQZ_ENGINE_EXPIRE_MS_DEFAULT;
     e->readahead_blocks = o->readahead_blocks < 0 ? 0
                           : o->readahead_blocks ? o->readahead_blocks
-                                                : 4;
+                                                : SQZ_ENGINE_READAHEAD_DEFAULT;
     atomic_init(&e->dirty_total, 0);
     atomic_init(&e->next_fid, 1);
 

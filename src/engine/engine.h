@@ -37,20 +37,27 @@
 /* cache_bytes value meaning "no cache" (0 selects the default). */
 #define SQZ_ENGINE_CACHE_OFF ((size_t)-1)
 
+/* The defaults of sqz_engine_opts (a 0 field selects them); the mount
+ * daemon (src/fuse) uses these too, so they are defined only here. */
+#define SQZ_ENGINE_CACHE_DEFAULT ((size_t)256 << 20)      /* 256 MiB */
+#define SQZ_ENGINE_DIRTY_FILE_DEFAULT ((size_t)8 << 20)   /* 8 MiB */
+#define SQZ_ENGINE_DIRTY_MAX_DEFAULT ((size_t)256 << 20)  /* 256 MiB */
+#define SQZ_ENGINE_EXPIRE_MS_DEFAULT 2000
+#define SQZ_ENGINE_READAHEAD_DEFAULT 4                    /* blocks */
+
 typedef struct sqz_engine_opts {
     int threads;             /* compression workers; 0 = number of cores */
-    size_t cache_bytes;      /* decompressed block cache; 0 = default
-                                256 MiB; SQZ_ENGINE_CACHE_OFF = none */
+    size_t cache_bytes;      /* decompressed block cache; 0 = default;
+                                SQZ_ENGINE_CACHE_OFF = none */
     size_t dirty_bytes_file; /* per file: dirty data above this is committed
-                                (default 8 MiB) */
+                                (0 = default) */
     size_t dirty_bytes_max;  /* all files: above this a writer commits
                                 its own dirty data before returning and
-                                the flusher drains the others
-                                (default 256 MiB) */
+                                the flusher drains the others (0 = default) */
     int dirty_expire_ms;     /* dirty data older than this is committed by a
-                                background thread (default 2000) */
+                                background thread (0 = default) */
     int readahead_blocks;    /* blocks decompressed ahead of a sequential
-                                reader (0 = default 4; negative = off) */
+                                reader (0 = default; negative = off) */
 } sqz_engine_opts;
 
 /* Counters since start (squeezefs stats). */

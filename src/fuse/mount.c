@@ -377,9 +377,9 @@ int sqz_mount_main(int argc, char **argv)
     eo.threads = fs->opts.threads ? fs->opts.threads : ncores();
     eo.cache_bytes = fs->opts.cache_bytes ? fs->opts.cache_bytes
                                           : SQZ_ENGINE_CACHE_OFF;
-    eo.dirty_bytes_file = 8u << 20;
-    eo.dirty_bytes_max = 256u << 20;
-    eo.dirty_expire_ms = 2000;
+    eo.dirty_bytes_file = SQZ_ENGINE_DIRTY_FILE_DEFAULT;
+    eo.dirty_bytes_max = SQZ_ENGINE_DIRTY_MAX_DEFAULT;
+    eo.dirty_expire_ms = SQZ_ENGINE_EXPIRE_MS_DEFAULT;
     int rc = sqz_engine_new(&eo, &fs->engine);
     if (rc) {
         sqz_logf(SQZ_LOG_ERR, "cannot start the I/O engine: %s", strerror(-rc));
