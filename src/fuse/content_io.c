@@ -292,60 +292,43 @@ int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
     return rc;
 }
 
-struct sync_list {
-    struct sqz_inode **v;
-    size_t n, cap;
-    int oom;
+struct sync_ctx {
+    int first;
 };
 
-static void collect_open(struct sqz_fs *fs, struct sqz_inode *in, void *user)
+/* Commit and fsync the inode's open sf, if any (foreach: no lock held). */
+static void sync_one(struct sqz_fs *fs, struct sqz_inode *in, void *user)
 {
-    (void)fs;
-    struct sync_list *l = user;
-    if (!in->sf)
-        return;
-    if (l->n == l->cap) {
-        size_t nc = l->cap ? l->cap * 2 : 64;
-        struct sqz_inode **nv = realloc(l->v, nc * sizeof(*nv));
-        if (!nv) {
-            l->oom = 1;
-            return;
-        }
-        l->v = nv;
-        l->cap = nc;
+    struct sync_ctx *x = user;
+    pthread_rwlock_rdlock(&in->io);
+    /* the second sync makes the durable mark of the first durable: a
+     * clean unmount is a durable state */
+    int rc = in->sf ? sqz_file_fsync(in->sf, 0) : 0;
+    if (rc == 0 && in->sf)
+        rc = sqz_file_fsync(in->sf, 1);
+    pthread_rwlock_unlock(&in->io);
+    if (rc < 0) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_ERR, "%s: sync at unmount failed: %s", label,
+                 strerror(-rc));
+        if (x->first == 0)
+            x->first = rc;
     }
-    l->v[l->n++] = in;
 }
 
-/* Only called from destroy, when no request is in flight any more, so the
- * inodes collected cannot be freed meanwhile. */
+/* Called from destroy, when no request is in flight any more. */
 int sqz_content_sync_all(struct sqz_fs *fs)
 {
     int first = sqz_engine_flush_all(fs->engine);
-    struct sync_list l = {0};
-    sqz_itable_foreach(fs, collect_open, &l);
-    for (size_t i = 0; i < l.n; i++) {
-        struct sqz_inode *in = l.v[i];
-        pthread_rwlock_rdlock(&in->io);
-        /* the second sync makes the durable mark of the first durable: a
-         * clean unmount is a durable state */
-        int rc = in->sf ? sqz_file_fsync(in->sf, 0) : 0;
-        if (rc == 0 && in->sf)
-            rc = sqz_file_fsync(in->sf, 1);
-        pthread_rwlock_unlock(&in->io);
-        if (rc < 0) {
-            char label[PATH_MAX];
-            sqz_inode_label(fs, in, label, sizeof(label));
-            sqz_logf(SQZ_LOG_ERR, "%s: sync at unmount failed: %s", label, strerror(-rc));
-            if (first == 0)
-                first = rc;
-        }
-    }
-    free(l.v);
-    if (l.oom && first == 0)
-        first = -ENOMEM;
+    struct sync_ctx x = {0};
+    int rc = sqz_itable_foreach(fs, sync_one, &x);
+    if (first == 0)
+        first = x.first;
+    if (rc < 0 && first == 0)
+        first = rc;
     /* closed files waiting for their mark */
-    int rc = sqz_durable_finish(fs);
+    rc = sqz_durable_finish(fs);
     if (rc < 0 && first == 0)
         first = rc;
     return first;

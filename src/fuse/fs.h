@@ -167,11 +167,13 @@ void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
  * exclusive. */
 void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
                      ino_t ino);
-/* Call fn on every inode (table locked: fn must not block long or take
- * itable_lock; it may take io). */
-void sqz_itable_foreach(struct sqz_fs *fs,
-                        void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
-                        void *user);
+/* Call fn on every inode of the table, with no lock held: the inodes are
+ * collected under itable_lock, each kept alive by an open reference, and
+ * fn runs after the lock is released (so fn may take io and everything
+ * ranked after it). 0, or -ENOMEM (fn was not called). */
+int sqz_itable_foreach(struct sqz_fs *fs,
+                       void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
+                       void *user);
 /* "/proc/self/fd/N" */
 void sqz_proc_path(int fd, char *buf, size_t n);
 /* Path of the inode relative to BACKING ("" for the root). */

@@ -334,15 +334,33 @@ void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
     pthread_mutex_unlock(&fs->itable_lock);
 }
 
-void sqz_itable_foreach(struct sqz_fs *fs,
-                        void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
-                        void *user)
+int sqz_itable_foreach(struct sqz_fs *fs,
+                       void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
+                       void *user)
 {
+    /* Collect the inodes, each kept alive by an open reference, under the
+     * table lock; call fn after releasing it (fn may take io, which ranks
+     * before itable_lock: docs/LOCKING.md). */
     pthread_mutex_lock(&fs->itable_lock);
+    size_t n = fs->count;
+    struct sqz_inode **v = malloc((n ? n : 1) * sizeof(*v));
+    if (!v) {
+        pthread_mutex_unlock(&fs->itable_lock);
+        return -ENOMEM;
+    }
+    size_t k = 0;
     for (size_t i = 0; i < fs->nbuckets; i++)
-        for (struct sqz_inode *in = fs->buckets[i]; in; in = in->next)
-            fn(fs, in, user);
+        for (struct sqz_inode *in = fs->buckets[i]; in && k < n; in = in->next) {
+            in->nopen++;
+            v[k++] = in;
+        }
     pthread_mutex_unlock(&fs->itable_lock);
+    for (size_t i = 0; i < k; i++)
+        fn(fs, v[i], user);
+    for (size_t i = 0; i < k; i++)
+        sqz_inode_open_unref(fs, v[i]);
+    free(v);
+    return 0;
 }
 
 void sqz_proc_path(int fd, char *buf, size_t n)
