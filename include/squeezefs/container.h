@@ -18,9 +18,9 @@
  * Thread safety: a sqz_ctr may be used from several threads at once.
  * Reads (sqz_ctr_read_block, sqz_ctr_read) run concurrently with each other;
  * mutating calls (write, commit, truncate, sync, checkpoint) are serialised
- * by the container's internal rwlock (readers take it shared, mutators
- * exclusive). Two sqz_ctr objects must never be open for writing on one
- * backing file at the same time.
+ * by the container's internal rwlock (its rank among squeezefs' locks:
+ * docs/LOCKING.md). Two sqz_ctr objects must never be open for writing on
+ * one backing file at the same time.
  */
 #ifndef SQUEEZEFS_CONTAINER_H
 #define SQUEEZEFS_CONTAINER_H

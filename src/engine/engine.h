@@ -2,22 +2,13 @@
  * compression, read-ahead. Sits between the FUSE front end and the
  * container library. Internal (not a public header).
  *
- * Locking (documented, not patched):
- *  - sqz_engine.cache_lock (mutex): protects the block cache (hash + LRU
- *    list + byte count). Held only for lookups/inserts, never during I/O or
- *    decompression.
- *  - sqz_file.lock (rwlock): protects the file's dirty-block map and its
- *    logical length. Reads take it shared, writes/truncate/flush exclusive.
- *  - the container's own rwlock serialises commits against block reads.
- *  - stats are atomics.
- * Lock order: sqz_file.lock -> container lock -> cache_lock.
- * Internal locks (engine_int.h, pool.h, cache.h): the engine's files_lock
- * (open-file set, flusher flags) is never held while another lock is
- * acquired; the per-file read-ahead mutex nests inside sqz_file.lock; the
- * pool mutex and cache_lock are leaves. Commits (sqz_ctr_commit, and the
- * synchronous prepare of flush/truncate/close) run with sqz_file.lock held
- * exclusive. Blocks a write fills to their end are handed to the pool as
- * an in-flight batch (immutable buffers; a later write makes a new dirty
+ * Locks (sqz_file.lock, ra_mu, ld_mu, the engine's files_lock, the cache
+ * and pool mutexes, and the container's lock below them): what each
+ * protects, their ranks and order are in docs/LOCKING.md; statistics are
+ * atomics.
+ *
+ * Writes: blocks a write fills to their end are handed to the pool as an
+ * in-flight batch (immutable buffers; a later write makes a new dirty
  * copy) and compressed without any lock held; finished batches are
  * committed in order by the next writer / flush / flusher (under
  * sqz_file.lock exclusive, so one committer per file). Dirty + in-flight

@@ -1,24 +1,10 @@
 /* Engine internals shared by engine.c (engine object, open-file set,
  * background flusher) and file.c (per-file I/O). Not for other layers.
  *
- * Locks (complements the list in engine.h):
- *  - sqz_engine.files_lock (mutex): the open-file set (links, refs)
- *    and the flusher's stop/pressure flags. Never held while any other
- *    lock is acquired (a writer may take it inside its file lock to raise
- *    the pressure flag); a user of a file taken from the set holds a
- *    reference (link.refs) instead, and sqz_file_close waits until those
- *    references are gone.
- *  - sqz_file.ra_mu (mutex): the file's read-ahead state; taken after
- *    sqz_file.lock (shared), before the pool mutex.
- *  - sqz_file.ld_mu (mutex) + ld_cv: the set of blocks being decompressed
- *    (single flight). A leaf: held only to scan/update the set, never
- *    during decompression. Threads wait on ld_cv only while holding
- *    file.lock shared, for a loader that also holds it shared and waits
- *    for nothing but pool jobs, which never block: no cycle.
- *  - the pool mutex (pool.h) and the cache mutex (cache.h) are leaves.
- * Full order: file.lock -> ra_mu -> container lock -> cache_lock / pool.mu,
- * and file.lock -> files_lock. Read-ahead jobs on the pool only try-lock
- * file.lock (a committer holding it may be waiting for the pool).
+ * Locks: sqz_engine.files_lock (the open-file set and the flusher's
+ * flags; a user of a file taken from the set holds a reference, link.refs,
+ * and sqz_file_close waits until those are gone) and the file's locks in
+ * file_int.h. Ranks, order and rules: docs/LOCKING.md.
  */
 #ifndef SQUEEZEFS_ENGINE_INT_H
 #define SQUEEZEFS_ENGINE_INT_H
@@ -27,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/lockorder.h"
 #include "engine/cache.h"
 #include "engine/engine.h"
 #include "engine/pool.h"

@@ -3,6 +3,7 @@
  * the write path in file_write.c, commits in file_commit.c; struct
  * sqz_file and its invariants in file_int.h. */
 #include "engine/file_int.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -43,11 +44,11 @@ int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out)
     }
     if ((rc = -pthread_rwlock_init(&f->lock, NULL)) < 0)
         goto fail;
-    if ((rc = -pthread_mutex_init(&f->ra_mu, NULL)) < 0) {
+    if ((rc = -sqz_mutex_init(&f->ra_mu)) < 0) {
         pthread_rwlock_destroy(&f->lock);
         goto fail;
     }
-    if ((rc = -pthread_mutex_init(&f->ld_mu, NULL)) < 0) {
+    if ((rc = -sqz_mutex_init(&f->ld_mu)) < 0) {
         pthread_mutex_destroy(&f->ra_mu);
         pthread_rwlock_destroy(&f->lock);
         goto fail;
@@ -94,7 +95,7 @@ static int file_close(sqz_file *f, sqz_ctr **keep)
     sqz_engine_detach(e, &f->link);
     sqz_pool_wait(e->pool, &f->ra_batch);
 
-    pthread_rwlock_wrlock(&f->lock);
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
     int rc = sqz_file_commit_locked(f, f->length, NULL);
     if (rc == 0 && f->bg_err < 0)
         rc = f->bg_err;
@@ -106,7 +107,7 @@ static int file_close(sqz_file *f, sqz_ctr **keep)
         f->inflight_head = a->next;
         sqz_file_abatch_free(f, a);
     }
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
 
     sqz_cache_drop_file(e->cache, f->fid, 0);
     int rc2 = 0;
@@ -130,21 +131,21 @@ static int file_close(sqz_file *f, sqz_ctr **keep)
 
 uint64_t sqz_file_length(sqz_file *f)
 {
-    pthread_rwlock_rdlock(&f->lock);
+    SQZ_RDLOCK(&f->lock, SQZ_RANK_FILE);
     uint64_t len = f->length;
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
     return len;
 }
 
 int sqz_file_stat(sqz_file *f, struct sqz_ctr_stat *st)
 {
-    pthread_rwlock_rdlock(&f->lock);
+    SQZ_RDLOCK(&f->lock, SQZ_RANK_FILE);
     int rc = sqz_ctr_stat(f->c, st);
     if (rc == 0) {
         st->length = f->length;
         st->blocks = nblocks_of(f, f->length);
     }
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
     return rc;
 }
 
@@ -155,16 +156,16 @@ sqz_ctr *sqz_file_ctr(sqz_file *f)
 
 int sqz_file_dirty(sqz_file *f)
 {
-    pthread_rwlock_rdlock(&f->lock);
+    SQZ_RDLOCK(&f->lock, SQZ_RANK_FILE);
     int d = !is_clean(f);
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
     return d;
 }
 
 void sqz_file_drop_cache(sqz_file *f)
 {
     /* Exclusive, so no reader re-inserts a block read before the drop. */
-    pthread_rwlock_wrlock(&f->lock);
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
     sqz_cache_drop_file(f->e->cache, f->fid, 0);
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
 }

@@ -4,6 +4,7 @@
  * commits them with the new length in one transaction. Also flush, fsync
  * and the flusher's write-back callback. Invariants: file_int.h. */
 #include "engine/file_int.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@ void sqz_file_abatch_free(sqz_file *f, abatch *a)
  * blocks simply stay dirty. */
 int sqz_file_submit_range(sqz_file *f, uint64_t lo, uint64_t hi)
 {
+    SQZ_ASSERT_EXCL(&f->lock);
     size_t i0 = dirty_pos(f, lo), i1 = dirty_pos(f, hi);
     size_t n = i1 - i0;
     if (n == 0)
@@ -103,6 +105,7 @@ static int cent_cmp(const void *x, const void *y)
  * the next commit; reads keep seeing them). f->lock exclusive. */
 int sqz_file_commit_inflight(sqz_file *f, int wait_all)
 {
+    SQZ_ASSERT_EXCL(&f->lock);
     sqz_engine *e = f->e;
     if (!f->inflight_head)
         return 0;
@@ -202,6 +205,7 @@ int sqz_file_commit_inflight(sqz_file *f, int wait_all)
  * new_len. On failure nothing (more) changes. f->lock exclusive. */
 int sqz_file_commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
 {
+    SQZ_ASSERT_EXCL(&f->lock);
     sqz_engine *e = f->e;
     int irc = sqz_file_commit_inflight(f, 1);
     if (irc < 0)
@@ -310,12 +314,12 @@ int sqz_file_commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
 
 int sqz_file_flush(sqz_file *f)
 {
-    pthread_rwlock_wrlock(&f->lock);
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
     int rc = sqz_file_commit_locked(f, f->length, NULL);
     int bg = take_bg_err(f);
     if (rc == 0)
         rc = bg;
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
     return rc;
 }
 
@@ -332,13 +336,13 @@ int sqz_file_fsync(sqz_file *f, int datasync)
 /* The flusher's callback (sqz_file_link.writeback). */
 int sqz_file_writeback(sqz_file *f, uint64_t cutoff_ms)
 {
-    pthread_rwlock_wrlock(&f->lock);
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
     int rc = 0;
     uint64_t since = atomic_load(&f->link.dirty_since);
     if (since != 0 && since <= cutoff_ms)
         rc = sqz_file_commit_locked(f, f->length, NULL);
     if (rc < 0 && f->bg_err == 0)
         f->bg_err = rc; /* reported by the next write/flush/fsync/close */
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
     return rc;
 }

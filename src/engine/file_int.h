@@ -139,6 +139,7 @@ static inline size_t dirty_pos(const sqz_file *f, uint64_t idx)
 
 static inline sqz_cblock *dirty_find(const sqz_file *f, uint64_t idx)
 {
+    SQZ_ASSERT_HELD(&f->lock);
     size_t i = dirty_pos(f, idx);
     return i < f->ndirty && f->dirty[i]->idx == idx ? f->dirty[i] : NULL;
 }
@@ -146,6 +147,7 @@ static inline sqz_cblock *dirty_find(const sqz_file *f, uint64_t idx)
 /* Newest in-flight version of block idx, or NULL. f->lock held. */
 static inline sqz_cblock *inflight_find(const sqz_file *f, uint64_t idx)
 {
+    SQZ_ASSERT_HELD(&f->lock);
     sqz_cblock *found = NULL;
     for (const abatch *a = f->inflight_head; a; a = a->next) {
         size_t lo = cblock_pos(a->blk, a->n, idx);
@@ -164,6 +166,7 @@ static inline int is_clean(const sqz_file *f)
 /* Take (and clear) the error of a background commit. f->lock exclusive. */
 static inline int take_bg_err(sqz_file *f)
 {
+    SQZ_ASSERT_EXCL(&f->lock);
     int rc = f->bg_err;
     f->bg_err = 0;
     return rc;

@@ -3,6 +3,7 @@
  * decompressed here in parallel on the pool), with single-flight loading
  * and sequential read-ahead. Invariants: file_int.h. */
 #include "engine/file_int.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -24,24 +25,24 @@ static int load_claim(sqz_file *f, uint64_t idx)
 {
     if (!load_shared(f))
         return 1;
-    pthread_mutex_lock(&f->ld_mu);
+    SQZ_MUTEX_LOCK(&f->ld_mu, SQZ_RANK_FILE_LOAD);
     for (size_t i = 0; i < f->nloading; i++)
         if (f->loading[i] == idx) {
-            pthread_mutex_unlock(&f->ld_mu);
+            SQZ_MUTEX_UNLOCK(&f->ld_mu);
             return 0;
         }
     if (f->nloading == f->caploading) {
         size_t cap = f->caploading ? 2 * f->caploading : 32;
         uint64_t *nl = realloc(f->loading, cap * sizeof *nl);
         if (!nl) { /* unrecorded claim: at worst duplicate work */
-            pthread_mutex_unlock(&f->ld_mu);
+            SQZ_MUTEX_UNLOCK(&f->ld_mu);
             return 1;
         }
         f->loading = nl;
         f->caploading = cap;
     }
     f->loading[f->nloading++] = idx;
-    pthread_mutex_unlock(&f->ld_mu);
+    SQZ_MUTEX_UNLOCK(&f->ld_mu);
     return 1;
 }
 
@@ -50,21 +51,21 @@ static void load_done(sqz_file *f, uint64_t idx)
 {
     if (!load_shared(f))
         return;
-    pthread_mutex_lock(&f->ld_mu);
+    SQZ_MUTEX_LOCK(&f->ld_mu, SQZ_RANK_FILE_LOAD);
     for (size_t i = 0; i < f->nloading; i++)
         if (f->loading[i] == idx) {
             f->loading[i] = f->loading[--f->nloading];
             break;
         }
     pthread_cond_broadcast(&f->ld_cv);
-    pthread_mutex_unlock(&f->ld_mu);
+    SQZ_MUTEX_UNLOCK(&f->ld_mu);
 }
 
 /* Wait until nobody is decompressing block idx. Loaders never wait for
  * anything but the pool, whose jobs never block, so this returns. */
 static void load_wait(sqz_file *f, uint64_t idx)
 {
-    pthread_mutex_lock(&f->ld_mu);
+    SQZ_MUTEX_LOCK(&f->ld_mu, SQZ_RANK_FILE_LOAD);
     for (;;) {
         size_t i = 0;
         while (i < f->nloading && f->loading[i] != idx)
@@ -73,7 +74,7 @@ static void load_wait(sqz_file *f, uint64_t idx)
             break;
         pthread_cond_wait(&f->ld_cv, &f->ld_mu);
     }
-    pthread_mutex_unlock(&f->ld_mu);
+    SQZ_MUTEX_UNLOCK(&f->ld_mu);
 }
 
 /* ---- read-ahead ---- */
@@ -86,7 +87,7 @@ static void ra_job(void *arg)
     ra_arg *a = arg;
     sqz_file *f = a->f;
     sqz_engine *e = f->e;
-    if (pthread_rwlock_tryrdlock(&f->lock) != 0)
+    if (SQZ_TRYRDLOCK(&f->lock, SQZ_RANK_FILE) != 0)
         return;
     if (a->idx < nblocks_of(f, f->length) && !dirty_find(f, a->idx) &&
         !inflight_find(f, a->idx) &&
@@ -110,16 +111,17 @@ static void ra_job(void *arg)
         }
         load_done(f, a->idx);
     }
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
 }
 
 /* Sequential detection after a read of [off, off+got); f->lock held
  * (shared or exclusive). */
 static void readahead_after(sqz_file *f, uint64_t off, size_t got)
 {
+    SQZ_ASSERT_HELD(&f->lock);
     if (f->ra_cap == 0)
         return;
-    pthread_mutex_lock(&f->ra_mu);
+    SQZ_MUTEX_LOCK(&f->ra_mu, SQZ_RANK_FILE_RA);
     int seq = off == f->ra_next_off;
     f->ra_next_off = off + got;
     if (!seq) {
@@ -154,7 +156,7 @@ static void readahead_after(sqz_file *f, uint64_t off, size_t got)
             sqz_pool_submit(f->e->pool, &f->ra_batch);
         }
     }
-    pthread_mutex_unlock(&f->ra_mu);
+    SQZ_MUTEX_UNLOCK(&f->ra_mu);
 }
 
 /* One missing block of a read window. */
@@ -201,11 +203,11 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
 {
     sqz_engine *e = f->e;
     unsigned char *out = buf;
-    pthread_rwlock_rdlock(&f->lock);
+    SQZ_RDLOCK(&f->lock, SQZ_RANK_FILE);
     uint64_t len = f->length;
     if (off >= len || n == 0) {
         readahead_after(f, off, 0);
-        pthread_rwlock_unlock(&f->lock);
+        SQZ_RWUNLOCK(&f->lock);
         return 0;
     }
     if (n > len - off)
@@ -315,7 +317,7 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
     }
     if (!err)
         readahead_after(f, off, done);
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
     /* A damaged block fails the whole read, even after good blocks: a
      * short read means end of file to FUSE (the kernel would zero-fill the
      * rest of its read-ahead pages and shrink the file). The kernel then

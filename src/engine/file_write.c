@@ -2,6 +2,7 @@
  * of partial blocks, blocks filled to their end handed to the background),
  * the dirty bounds (make room) and truncate. Invariants: file_int.h. */
 #include "engine/file_int.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -38,6 +39,7 @@ static void mark_length_dirty(sqz_file *f)
  * (cache, else decompress). Does not insert into the cache. 0 or -EIO. */
 static int load_clean_block(sqz_file *f, uint64_t idx, unsigned char *out)
 {
+    SQZ_ASSERT_HELD(&f->lock);
     sqz_engine *e = f->e;
     if ((idx << f->log2bs) >= f->committed_len) {
         memset(out, 0, f->bs);
@@ -63,6 +65,7 @@ static int load_clean_block(sqz_file *f, uint64_t idx, unsigned char *out)
  * its newest in-flight version, else the committed one. */
 static int load_current_block(sqz_file *f, uint64_t idx, unsigned char *out)
 {
+    SQZ_ASSERT_HELD(&f->lock);
     sqz_cblock *b = inflight_find(f, idx);
     if (b) {
         memcpy(out, b->data, f->bs);
@@ -94,6 +97,7 @@ static int over_global_bound(const sqz_file *f)
  * f->lock exclusive. */
 static int make_room(sqz_file *f)
 {
+    SQZ_ASSERT_EXCL(&f->lock);
     if (over_global_bound(f))
         return sqz_file_commit_locked(f, f->length, NULL);
     if (!over_file_bound(f))
@@ -120,6 +124,7 @@ static int make_room(sqz_file *f)
 static ssize_t write_locked(sqz_file *f, const void *buf, size_t n,
                            uint64_t off)
 {
+    SQZ_ASSERT_EXCL(&f->lock);
     sqz_engine *e = f->e;
     const unsigned char *in = buf;
     if (n == 0)
@@ -182,6 +187,7 @@ static ssize_t write_locked(sqz_file *f, const void *buf, size_t n,
  * others. f->lock exclusive. */
 static int enforce_global_bound(sqz_file *f)
 {
+    SQZ_ASSERT_EXCL(&f->lock);
     sqz_engine *e = f->e;
     if (atomic_load(&e->dirty_total) <= e->dirty_bytes_max)
         return 0;
@@ -196,6 +202,7 @@ static int enforce_global_bound(sqz_file *f)
  * next write, flush, fsync or close (never dropped). f->lock exclusive. */
 static ssize_t write_result(sqz_file *f, ssize_t r, int rc)
 {
+    SQZ_ASSERT_EXCL(&f->lock);
     if (rc >= 0)
         return r;
     if (r <= 0)
@@ -207,21 +214,21 @@ static ssize_t write_result(sqz_file *f, ssize_t r, int rc)
 
 ssize_t sqz_file_write(sqz_file *f, const void *buf, size_t n, uint64_t off)
 {
-    pthread_rwlock_wrlock(&f->lock);
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
     ssize_t r = write_locked(f, buf, n, off);
     r = write_result(f, r, enforce_global_bound(f));
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
     return r;
 }
 
 ssize_t sqz_file_append(sqz_file *f, const void *buf, size_t n,
                         uint64_t *off_out)
 {
-    pthread_rwlock_wrlock(&f->lock);
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
     uint64_t off = f->length;
     ssize_t r = write_locked(f, buf, n, off);
     r = write_result(f, r, enforce_global_bound(f));
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
     if (off_out)
         *off_out = off;
     return r;
@@ -233,7 +240,7 @@ int sqz_file_truncate(sqz_file *f, uint64_t length)
 {
     if (length > sqz_max_length((int)f->log2bs))
         return -EFBIG;
-    pthread_rwlock_wrlock(&f->lock);
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
     int rc = 0;
     if (length >= f->length) {
         /* Grow: dirty buffers and committed blocks are zero past the old
@@ -242,7 +249,7 @@ int sqz_file_truncate(sqz_file *f, uint64_t length)
             f->length = length;
             mark_length_dirty(f);
         }
-        pthread_rwlock_unlock(&f->lock);
+        SQZ_RWUNLOCK(&f->lock);
         return 0;
     }
     /* Shrink: commit in-flight work first (the truncate is newer), then
@@ -270,6 +277,6 @@ int sqz_file_truncate(sqz_file *f, uint64_t length)
     rc = sqz_file_commit_locked(f, length, extra);
 out:
     sqz_cblock_put(extra);
-    pthread_rwlock_unlock(&f->lock);
+    SQZ_RWUNLOCK(&f->lock);
     return rc;
 }

@@ -12,9 +12,9 @@
  * read-ahead); its owner must still call sqz_pool_wait() (or see
  * sqz_pool_done() return 1) before freeing or re-submitting it.
  *
- * Locking: sqz_pool.mu (mutex) protects the queue and every queued batch's
- * next/done counters. It is a leaf lock: jobs run without it, and no other
- * lock is taken while it is held. Jobs may take other locks.
+ * Locking: sqz_pool.mu protects the queue and every queued batch's
+ * next/done counters; jobs run without it and may take other locks (a
+ * leaf: docs/LOCKING.md).
  */
 #ifndef SQUEEZEFS_ENGINE_POOL_H
 #define SQUEEZEFS_ENGINE_POOL_H

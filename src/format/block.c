@@ -5,6 +5,7 @@
 #include <stdlib.h>
 
 #include "format/format_int.h"
+#include "common/lockorder.h"
 
 int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
                    const char **why)
@@ -44,6 +45,7 @@ int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
 ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,
                                   size_t *stored_len)
 {
+    SQZ_ASSERT_HELD(&c->lock);
     uint64_t len = c->st.length;
     int log2bs = c->hdr.params.log2bs;
     if (stored_len)
@@ -79,9 +81,9 @@ ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,
 ssize_t sqz_ctr_read_block(sqz_ctr *c, uint64_t idx, void *buf,
                            size_t *stored_len)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     ssize_t r = sqz_ctr_read_block_locked(c, idx, buf, stored_len);
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 
@@ -290,6 +292,7 @@ static int commit_write(sqz_ctr *c, const sqz_prepared *blocks, size_t n,
 int sqz_ctr_commit_locked(sqz_ctr *c, sqz_prepared *blocks, size_t n,
                           uint64_t new_length)
 {
+    SQZ_ASSERT_EXCL(&c->lock);
     if (!c->writable)
         return -EROFS;
     if (c->broken)
@@ -316,9 +319,9 @@ int sqz_ctr_commit_locked(sqz_ctr *c, sqz_prepared *blocks, size_t n,
 int sqz_ctr_commit(sqz_ctr *c, sqz_prepared *blocks, size_t n,
                    uint64_t new_length)
 {
-    pthread_rwlock_wrlock(&c->lock);
+    SQZ_WRLOCK(&c->lock, SQZ_RANK_CTR);
     int r = sqz_ctr_commit_locked(c, blocks, n, new_length);
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "format/format_int.h"
+#include "common/lockorder.h"
 
 static int new_file_id(uint64_t *id)
 {
@@ -234,9 +235,9 @@ const sqz_params *sqz_ctr_params(const sqz_ctr *c)
 
 uint64_t sqz_ctr_length(sqz_ctr *c)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t len = c->st.length;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return len;
 }
 
@@ -252,16 +253,16 @@ size_t sqz_ctr_block_size(const sqz_ctr *c)
 
 uint64_t sqz_ctr_nblocks(sqz_ctr *c)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t n = (c->st.length + c->bs - 1) >> c->hdr.params.log2bs;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return n;
 }
 
 int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st)
 {
     memset(st, 0, sizeof *st);
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     int r = c->io.size(c->io.ctx, c->fd, &st->backing_size, &st->backing_alloc);
     st->params = c->hdr.params;
     st->length = c->st.length;
@@ -271,7 +272,7 @@ int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st)
     st->hole_blocks = st->blocks - st->stored_blocks;
     st->compressed_bytes = c->st.ix.stored_bytes;
     st->dead_bytes = c->st.dead_bytes;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 

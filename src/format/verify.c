@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "format/format_int.h"
+#include "common/lockorder.h"
 
 typedef struct vctx {
     sqz_ctr *c;
@@ -103,7 +104,7 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
     v.buf = malloc(c->bs);
     if (!v.buf)
         return -ENOMEM;
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t fsize = 0;
     int r = c->io.size(c->io.ctx, c->fd, &fsize, NULL);
     if (r == 0) {
@@ -151,16 +152,16 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
     if (r == 0)
         r = sqz_index_each(&c->st.ix, check_block, &v);
     c->verify_warnings = v.warnings;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     free(v.buf);
     return r < 0 ? r : v.problems;
 }
 
 uint64_t sqz_ctr_tail_bytes(sqz_ctr *c)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t t = c->file_size > c->end ? c->file_size - c->end : 0;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return t;
 }
 

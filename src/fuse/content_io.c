@@ -3,6 +3,7 @@
  * container figures, and the sync of every open file at unmount.
  * Locks: docs/LOCKING.md (io, then meta). */
 #include "fuse/content_int.h"
+#include "common/lockorder.h"
 #include "common/fullio.h"
 
 #include <errno.h>
@@ -21,14 +22,14 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
     if (h->plain_fd >= 0)
         return sqz_pread_full(h->plain_fd, buf, n, off);
     ssize_t r;
-    pthread_rwlock_rdlock(&in->io);
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     if (in->kind == SQZ_K_CONTAINER && in->sf)
         r = sqz_file_read(in->sf, buf, n, off);
     else if (in->kind == SQZ_K_PENDING)
         r = 0;
     else
         r = -EIO;
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return r;
 }
 
@@ -36,20 +37,20 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
  * restore_kept_times). */
 static void note_write_begin(struct sqz_inode *in)
 {
-    pthread_mutex_lock(&in->meta);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     in->utimes_kept = 0;
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 static void note_write(struct sqz_inode *in)
 {
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    pthread_mutex_lock(&in->meta);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     in->wtime = now;
     in->wtime_set = 1;
     in->utimes_kept = 0;
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 /* Lock io shared with the inode out of PENDING (materialised with sample).
@@ -58,13 +59,13 @@ static int rdlock_materialized(struct sqz_fs *fs, struct sqz_inode *in,
                                const void *sample, size_t n)
 {
     for (;;) {
-        pthread_rwlock_rdlock(&in->io);
+        SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
         if (in->kind != SQZ_K_PENDING)
             return 0;
-        pthread_rwlock_unlock(&in->io);
-        pthread_rwlock_wrlock(&in->io);
+        SQZ_RWUNLOCK(&in->io);
+        SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
         int rc = in->kind == SQZ_K_PENDING ? sqz_content_materialize_locked(fs, in, sample, n) : 0;
-        pthread_rwlock_unlock(&in->io);
+        SQZ_RWUNLOCK(&in->io);
         if (rc)
             return rc;
     }
@@ -96,7 +97,7 @@ ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
     }
     if (r > 0)
         note_write(in);
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return r;
 }
 
@@ -107,10 +108,10 @@ int sqz_content_flush(struct sqz_fs *fs, struct sqz_handle *h)
     if (h->plain_fd >= 0)
         return 0;
     int rc = 0;
-    pthread_rwlock_rdlock(&in->io);
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     if (in->kind == SQZ_K_CONTAINER && in->sf)
         rc = sqz_file_flush(in->sf);
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return rc;
 }
 
@@ -123,12 +124,12 @@ int sqz_content_fsync(struct sqz_fs *fs, struct sqz_handle *h, int datasync)
         return r ? -errno : 0;
     }
     int rc = 0;
-    pthread_rwlock_rdlock(&in->io);
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     if (in->kind == SQZ_K_CONTAINER && in->sf) {
         rc = sqz_file_fsync(in->sf, datasync);
         sqz_content_restore_times(in);
     }
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return rc;
 }
 
@@ -149,7 +150,7 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
     /* Exclusive: the length check and the extension must not interleave
      * with writes that extend the file. */
     int rc = 0;
-    pthread_rwlock_wrlock(&in->io);
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     if (in->kind == SQZ_K_PENDING)
         rc = sqz_content_materialize_locked(fs, in, NULL, 0);
     if (rc == 0 && !in->sf)
@@ -160,7 +161,7 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
         if (rc == 0)
             note_write(in);
     }
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return rc;
 }
 
@@ -172,10 +173,10 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
     if (size > SQZ_MAX_LENGTH)
         return -EFBIG;
     int rc = 0;
-    pthread_rwlock_wrlock(&in->io);
-    pthread_mutex_lock(&in->meta);
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     in->utimes_kept = 0; /* a size change is a data change */
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
     struct stat bst;
     rc = sqz_backing_stat(in, &bst);
     enum sqz_kind kind = SQZ_K_UNKNOWN;
@@ -238,7 +239,7 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
         rc = -EIO;
     }
 out:
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return rc;
 }
 
@@ -246,10 +247,10 @@ int sqz_content_commit(struct sqz_fs *fs, struct sqz_inode *in)
 {
     (void)fs;
     int rc = 0;
-    pthread_rwlock_rdlock(&in->io);
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     if (in->sf)
         rc = sqz_file_flush(in->sf);
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return rc;
 }
 
@@ -259,12 +260,12 @@ int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
     if (in->type != S_IFREG)
         return -ENODATA;
     int rc;
-    pthread_rwlock_rdlock(&in->io);
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     if (in->sf && in->kind == SQZ_K_CONTAINER) {
         rc = sqz_file_flush(in->sf);
         if (rc == 0)
             rc = sqz_file_stat(in->sf, st);
-        pthread_rwlock_unlock(&in->io);
+        SQZ_RWUNLOCK(&in->io);
         return rc;
     }
     struct stat bst;
@@ -288,7 +289,7 @@ int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
             rc = -EIO;
         }
     }
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return rc;
 }
 
@@ -300,13 +301,13 @@ struct sync_ctx {
 static void sync_one(struct sqz_fs *fs, struct sqz_inode *in, void *user)
 {
     struct sync_ctx *x = user;
-    pthread_rwlock_rdlock(&in->io);
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     /* the second sync makes the durable mark of the first durable: a
      * clean unmount is a durable state */
     int rc = in->sf ? sqz_file_fsync(in->sf, 0) : 0;
     if (rc == 0 && in->sf)
         rc = sqz_file_fsync(in->sf, 1);
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     if (rc < 0) {
         char label[PATH_MAX];
         sqz_inode_label(fs, in, label, sizeof(label));

@@ -4,6 +4,7 @@
  * (logical size of containers): getattr and lookup. Locks: docs/LOCKING.md
  * (io, then meta). */
 #include "fuse/content_int.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,12 +35,12 @@ int sqz_bkey_eq(const struct sqz_bkey *a, const struct sqz_bkey *b)
 void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
                         enum sqz_kind kind, uint64_t len)
 {
-    pthread_mutex_lock(&in->meta);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     sqz_bkey_of(bst, &in->probe_key);
     in->probe_kind = kind;
     in->probe_len = len;
     in->probe_valid = 1;
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 /* Kind and logical length of a regular file that has no open handle
@@ -47,16 +48,17 @@ void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
 static int probe(struct sqz_fs *fs, struct sqz_inode *in,
                  const struct stat *bst, enum sqz_kind *kind, uint64_t *len)
 {
+    SQZ_ASSERT_HELD(&in->io);
     struct sqz_bkey k;
     sqz_bkey_of(bst, &k);
-    pthread_mutex_lock(&in->meta);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     if (in->probe_valid && sqz_bkey_eq(&k, &in->probe_key)) {
         *kind = in->probe_kind;
         *len = in->probe_len;
-        pthread_mutex_unlock(&in->meta);
+        SQZ_MUTEX_UNLOCK(&in->meta);
         return 0;
     }
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
 
     if (bst->st_size == 0) {
         *kind = SQZ_K_PLAIN;
@@ -103,9 +105,9 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
 
 void sqz_content_invalidate(struct sqz_inode *in)
 {
-    pthread_mutex_lock(&in->meta);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     in->probe_valid = 0;
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 int sqz_content_handles_open(const struct sqz_inode *in)
@@ -118,6 +120,7 @@ int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
                             const struct stat *bst, enum sqz_kind *kind,
                             uint64_t *len)
 {
+    SQZ_ASSERT_HELD(&in->io);
     if (sqz_content_handles_open(in) && in->kind != SQZ_K_UNKNOWN) {
         *kind = in->kind;
         if (in->kind == SQZ_K_CONTAINER && in->sf)
@@ -137,14 +140,14 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
     enum sqz_kind kind;
     uint64_t len = (uint64_t)st->st_size;
     int dirty = 0;
-    pthread_rwlock_rdlock(&in->io);
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     if (sqz_content_kind_locked(fs, in, st, &kind, &len) != 0) {
-        pthread_rwlock_unlock(&in->io);
+        SQZ_RWUNLOCK(&in->io);
         return; /* show the backing figures */
     }
     if (kind == SQZ_K_CONTAINER && in->sf)
         dirty = sqz_file_dirty(in->sf);
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
 
     if (kind == SQZ_K_PLAIN)
         return;
@@ -152,7 +155,7 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
     if (len > 0 && st->st_blocks == 0)
         st->st_blocks = 8;
     if (dirty) {
-        pthread_mutex_lock(&in->meta);
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
         if (in->wtime_set &&
             (in->wtime.tv_sec > st->st_mtim.tv_sec ||
              (in->wtime.tv_sec == st->st_mtim.tv_sec &&
@@ -160,7 +163,7 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
             st->st_mtim = in->wtime;
             st->st_ctim = in->wtime;
         }
-        pthread_mutex_unlock(&in->meta);
+        SQZ_MUTEX_UNLOCK(&in->meta);
     }
 }
 

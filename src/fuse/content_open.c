@@ -4,6 +4,7 @@
  * (close or queue for the durable mark), the user's kept times, and the
  * policy glue. Locks: docs/LOCKING.md (io, then meta). */
 #include "fuse/content_int.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +36,7 @@ void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s, sqz_params *p)
  * a read-only sf has no dirty data, and io exclusive keeps readers out). */
 int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_write)
 {
+    SQZ_ASSERT_EXCL(&in->io);
     if (in->sf && (in->sf_rw || !want_write))
         return 0;
     if (want_write && fs->opts.ro)
@@ -88,6 +90,7 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
 static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
                           const sqz_params *p)
 {
+    SQZ_ASSERT_EXCL(&in->io);
     char label[PATH_MAX];
     sqz_inode_label(fs, in, label, sizeof(label));
     char err[256] = "";
@@ -118,6 +121,7 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
 int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in,
                          const char *relpath_or_null)
 {
+    SQZ_ASSERT_EXCL(&in->io);
     char rel[PATH_MAX];
     if (relpath_or_null) {
         snprintf(rel, sizeof(rel), "%s", relpath_or_null);
@@ -149,6 +153,7 @@ int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in,
 int sqz_content_materialize_locked(struct sqz_fs *fs, struct sqz_inode *in,
                                    const void *sample, size_t n)
 {
+    SQZ_ASSERT_EXCL(&in->io);
     sqz_params p = in->pending;
     size_t cap = (size_t)4 << p.log2bs;
     if (n > cap)
@@ -170,10 +175,10 @@ static void record_kc(struct sqz_inode *in)
     struct stat st;
     if (sqz_backing_stat(in, &st) != 0)
         return;
-    pthread_mutex_lock(&in->meta);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     sqz_bkey_of(&st, &in->kc_key);
     in->kc_valid = 1;
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
@@ -189,7 +194,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     if (writable && fs->opts.ro)
         return -EROFS;
 
-    pthread_rwlock_wrlock(&in->io);
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct stat bst;
     rc = sqz_backing_stat(in, &bst);
     if (rc)
@@ -279,12 +284,12 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
 
     /* keep_cache when nothing changed since the previous open/release. */
     if (!changed) {
-        pthread_mutex_lock(&in->meta);
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
         *keep_cache = in->kc_valid && sqz_bkey_eq(&in->kc_key, &before);
-        pthread_mutex_unlock(&in->meta);
+        SQZ_MUTEX_UNLOCK(&in->meta);
     }
     record_kc(in);
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     sqz_inode_open_ref(fs, in);
     return 0;
 
@@ -294,7 +299,7 @@ out_close_unused:
         in->sf = NULL;
     }
 out:
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return rc;
 }
 
@@ -304,7 +309,7 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
     memset(h, 0, sizeof(*h));
     h->inode = in;
     h->plain_fd = -1;
-    pthread_rwlock_wrlock(&in->io);
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     int rc = sqz_content_convert_empty(fs, in, relpath);
     if (rc == 0) {
         in->sf_users++;
@@ -312,7 +317,7 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
         h->writable = (flags & O_ACCMODE) != O_RDONLY;
         record_kc(in);
     }
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     if (rc == 0)
         sqz_inode_open_ref(fs, in);
     return rc;
@@ -323,21 +328,22 @@ void sqz_content_keep_times(struct sqz_inode *in)
     struct stat bst;
     if (sqz_backing_stat(in, &bst) != 0)
         return;
-    pthread_mutex_lock(&in->meta);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     in->utimes[0] = bst.st_atim;
     in->utimes[1] = bst.st_mtim;
     in->utimes_kept = 1;
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 /* After the container wrote bookkeeping (not user data) to the backing
  * file, put back the times the user set. */
 void sqz_content_restore_times(struct sqz_inode *in)
 {
+    SQZ_ASSERT_HELD(&in->io);
     /* meta is held across the check and the utimensat: a writer clears
      * utimes_kept (note_write_begin) before its data can reach the backing
      * file, so the user's old times are never put back on new data */
-    pthread_mutex_lock(&in->meta);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     if (in->utimes_kept) {
         struct timespec tv[2] = {in->utimes[0], in->utimes[1]};
         char pp[64];
@@ -346,7 +352,7 @@ void sqz_content_restore_times(struct sqz_inode *in)
             sqz_logf(SQZ_LOG_WARN, "squeezefs: restoring file times failed: %s",
                      strerror(errno));
     }
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 /* Dead space (replaced blocks) is only reclaimed at a checkpoint, which the
@@ -358,6 +364,7 @@ void sqz_content_restore_times(struct sqz_inode *in)
 #define RECLAIM_MIN_DEAD (4u << 20)
 static void reclaim_if_wasteful(struct sqz_fs *fs, struct sqz_inode *in)
 {
+    SQZ_ASSERT_EXCL(&in->io);
     if (sqz_file_flush(in->sf) != 0)
         return; /* the close reports the error */
     struct sqz_ctr_stat st;
@@ -378,6 +385,7 @@ static void reclaim_if_wasteful(struct sqz_fs *fs, struct sqz_inode *in)
  * (durable.c) instead of being closed: close never fsyncs. io exclusive. */
 int sqz_content_close_sf(struct sqz_fs *fs, struct sqz_inode *in)
 {
+    SQZ_ASSERT_EXCL(&in->io);
     sqz_file *sf = in->sf;
     in->sf = NULL;
     if (!in->sf_rw || !fs->durable)
@@ -397,7 +405,7 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
     int rc = 0;
     if (h->plain_fd < 0)
         sqz_durable_wait_room(fs);
-    pthread_rwlock_wrlock(&in->io);
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     if (h->plain_fd >= 0) {
         if (close(h->plain_fd) != 0)
             rc = -errno;
@@ -422,12 +430,12 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
     }
     if (!sqz_content_handles_open(in)) {
         in->kind = SQZ_K_UNKNOWN;
-        pthread_mutex_lock(&in->meta);
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
         in->wtime_set = 0;
-        pthread_mutex_unlock(&in->meta);
+        SQZ_MUTEX_UNLOCK(&in->meta);
     }
     record_kc(in);
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     sqz_inode_open_unref(fs, in);
     return rc;
 }

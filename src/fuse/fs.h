@@ -1,23 +1,12 @@
 /* squeezefs FUSE front end: the state shared by the files of src/fuse/.
  * Internal header.
  *
- * Locking (which lock protects what; lock order top to bottom):
- *  1. sqz_inode.io (rwlock): the inode's content state: kind, sf, sf_users,
- *     plain_users, pending params, and the identity of the backing file
- *     behind sqz_inode.fd (replaced with dup3 by recompress). Data ops
- *     (read/write/flush/fsync/getattr's length) hold it shared while they
- *     use sf; open/release/convert/materialise/recompress hold it exclusive.
- *  2. sqz_fs.itable_lock (mutex): the inode hash table, every inode's
- *     dev/ino key, hash link, nlookup and nopen. Never held during I/O.
- *  3. sqz_inode.meta (mutex): the probe/length cache, keep_cache key and
- *     the last write time. Leaf lock, held for a few instructions only
- *     (and across the one utimensat that puts the user's times back after
- *     bookkeeping writes, so a concurrent writer cannot interleave).
- *  3'. sqz_durable.mu (durable.c): the queue of closed files waiting for
- *     their durable mark. Taken under io (never io under it), never
- *     together with itable_lock or meta.
- *  Engine locks (sqz_file.lock etc.) are taken inside engine calls, below
- *  all of the above.
+ * Locks: sqz_inode.io, sqz_fs.itable_lock, sqz_inode.meta,
+ * sqz_fs.readahead_mu and sqz_dirhandle.lock here, sqz_durable.mu in
+ * durable.c. What each protects, their ranks, the order and which may be
+ * held across I/O: docs/LOCKING.md (the one place; checked in debug
+ * builds by src/common/lockorder.h). The fields below are grouped by the
+ * lock that protects them.
  * Fields marked "const" are set before the inode is published and never
  * change. sqz_inode.fd's *number* is constant for the inode's life.
  */

@@ -6,8 +6,9 @@
  * (st_dev, st_ino); the kernel-visible node id is the address of our
  * sqz_inode (FUSE_ROOT_ID for the root), so it stays stable when
  * recompress replaces the backing file (sqz_inode_rekey).
- * Protected by sqz_fs.itable_lock (see fs.h). */
+ * Protected by sqz_fs.itable_lock (docs/LOCKING.md). */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +34,7 @@ static struct sqz_inode *inode_new(int fd, const struct stat *st)
         free(in);
         return NULL;
     }
-    if (pthread_mutex_init(&in->meta, NULL) != 0) {
+    if (sqz_mutex_init(&in->meta) != 0) {
         pthread_rwlock_destroy(&in->io);
         free(in);
         return NULL;
@@ -88,6 +89,7 @@ static struct sqz_inode *table_find(struct sqz_fs *fs, dev_t dev, ino_t ino)
 /* Grow when the chains get long (best effort: on ENOMEM keep the table). */
 static void table_maybe_grow(struct sqz_fs *fs)
 {
+    SQZ_ASSERT_EXCL(&fs->itable_lock);
     if (fs->count < fs->nbuckets * 2)
         return;
     size_t nb = fs->nbuckets * 4;
@@ -112,7 +114,7 @@ static void table_maybe_grow(struct sqz_fs *fs)
 
 int sqz_itable_init(struct sqz_fs *fs, const char *backing)
 {
-    if (pthread_mutex_init(&fs->itable_lock, NULL) != 0)
+    if (sqz_mutex_init(&fs->itable_lock) != 0)
         return -ENOMEM;
     fs->nbuckets = 4096;
     fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
@@ -258,23 +260,23 @@ int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
         close(fd);
         return err;
     }
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     struct sqz_inode *in = table_find(fs, st->st_dev, st->st_ino);
     if (in) {
         in->nlookup++;
-        pthread_mutex_unlock(&fs->itable_lock);
+        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
         close(fd);
     } else {
         in = inode_new(fd, st);
         if (!in) {
-            pthread_mutex_unlock(&fs->itable_lock);
+            SQZ_MUTEX_UNLOCK(&fs->itable_lock);
             close(fd);
             return -ENOMEM;
         }
         in->nlookup = 1;
         table_maybe_grow(fs);
         table_insert(fs, in);
-        pthread_mutex_unlock(&fs->itable_lock);
+        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     }
     *out = in;
     return 0;
@@ -284,6 +286,7 @@ int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
 static void maybe_free_locked(struct sqz_fs *fs, struct sqz_inode *in,
                               struct sqz_inode **to_free)
 {
+    SQZ_ASSERT_EXCL(&fs->itable_lock);
     *to_free = NULL;
     if (in->is_root || in->nlookup > 0 || in->nopen > 0)
         return;
@@ -294,10 +297,10 @@ static void maybe_free_locked(struct sqz_fs *fs, struct sqz_inode *in,
 void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
 {
     struct sqz_inode *dead = NULL;
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     in->nlookup = n > in->nlookup ? 0 : in->nlookup - n;
     maybe_free_locked(fs, in, &dead);
-    pthread_mutex_unlock(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     if (dead) {
         /* No handle is open (nopen == 0), so no sf exists. */
         inode_destroy(dead);
@@ -306,19 +309,19 @@ void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
 
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     in->nopen++;
-    pthread_mutex_unlock(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
 }
 
 void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
 {
     struct sqz_inode *dead = NULL;
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     if (in->nopen > 0)
         in->nopen--;
     maybe_free_locked(fs, in, &dead);
-    pthread_mutex_unlock(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     if (dead)
         inode_destroy(dead);
 }
@@ -326,12 +329,13 @@ void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
 void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
                      ino_t ino)
 {
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_ASSERT_EXCL(&in->io);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     table_remove(fs, in);
     in->dev = dev;
     in->ino = ino;
     table_insert(fs, in);
-    pthread_mutex_unlock(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
 }
 
 int sqz_itable_foreach(struct sqz_fs *fs,
@@ -341,11 +345,11 @@ int sqz_itable_foreach(struct sqz_fs *fs,
     /* Collect the inodes, each kept alive by an open reference, under the
      * table lock; call fn after releasing it (fn may take io, which ranks
      * before itable_lock: docs/LOCKING.md). */
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     size_t n = fs->count;
     struct sqz_inode **v = malloc((n ? n : 1) * sizeof(*v));
     if (!v) {
-        pthread_mutex_unlock(&fs->itable_lock);
+        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
         return -ENOMEM;
     }
     size_t k = 0;
@@ -354,7 +358,7 @@ int sqz_itable_foreach(struct sqz_fs *fs,
             in->nopen++;
             v[k++] = in;
         }
-    pthread_mutex_unlock(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     for (size_t i = 0; i < k; i++)
         fn(fs, v[i], user);
     for (size_t i = 0; i < k; i++)

@@ -8,6 +8,7 @@
  * SIGINT/SIGTERM/SIGHUP and unmount end the loop; op_destroy commits and
  * fsyncs every open file; the exit status is 0 unless that failed. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 #include "fuse/fuse_main.h"
 
 #include <errno.h>
@@ -308,7 +309,7 @@ int sqz_mount_main(int argc, char **argv)
     mallopt(M_ARENA_MAX, 1);
     raise_fd_limit();
     memset(fs, 0, sizeof(*fs));
-    pthread_mutex_init(&fs->readahead_mu, NULL); /* cannot fail (defaults) */
+    sqz_mutex_init(&fs->readahead_mu); /* cannot fail (defaults) */
     fs->root_dirfd = -1;
     sqz_mount_opts_init(&fs->opts);
     struct cmdline cl;

@@ -2,6 +2,7 @@
  * fallocate. The data path lives in content.c; this file adapts FUSE
  * requests to it. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 #include "fuse/readahead.h"
 
 #include <errno.h>
@@ -37,7 +38,7 @@ static void tune_readahead(struct sqz_fs *fs)
         return;
     /* Concurrent first opens wait here until the window is set: a file
      * opened before it would keep the old window for its whole life. */
-    pthread_mutex_lock(&fs->readahead_mu);
+    SQZ_MUTEX_LOCK(&fs->readahead_mu, SQZ_RANK_READAHEAD);
     if (!atomic_load_explicit(&fs->readahead_done, memory_order_relaxed)) {
         if (fs->opts.readahead_bytes != 0 && fs->mnt_real) {
             int rc = sqz_set_mount_readahead(fs->mnt_real,
@@ -48,7 +49,7 @@ static void tune_readahead(struct sqz_fs *fs)
         }
         atomic_store_explicit(&fs->readahead_done, 1, memory_order_release);
     }
-    pthread_mutex_unlock(&fs->readahead_mu);
+    SQZ_MUTEX_UNLOCK(&fs->readahead_mu);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)

@@ -14,6 +14,7 @@
  * with several hard links (renaming would split them) and (EBUSY) while
  * the file is open as a plain passthrough file. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 #include "common/fullio.h"
 
 #include <errno.h>
@@ -177,7 +178,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     sqz_file *nsf = NULL;
     int tmp_made = 0;
 
-    pthread_rwlock_wrlock(&in->io);
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct stat bst;
     rc = sqz_backing_stat(in, &bst);
     if (rc)
@@ -374,6 +375,6 @@ out:
         close(src.plain_fd);
     if (dirfd >= 0)
         close(dirfd);
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return rc;
 }
