@@ -7,7 +7,8 @@ file defines and the ones it leaves undefined. File A depends on file B
 when A uses a symbol that B defines. The check fails when
 
   * two files depend on each other, directly or through others (a cycle:
-    every strongly connected component of the graph must be one file);
+    every strongly connected component of the graph must be one file;
+    cycles inside TOLERATED_CYCLE_DIRS are only noted);
   * a file depends on a file of a layer above its own (the layers are
     codec <- policy, codec <- format <- engine <- fuse <- cli);
   * a file of src/ has more than --max-lines lines (default 650).
@@ -37,6 +38,14 @@ LAYERS = {
     "fuse": {"engine", "format", "policy", "codec", "common"},
     "cli": {"fuse", "engine", "format", "policy", "codec", "common"},
 }
+
+
+# Cycles inside these directories are reported as notes, not failures:
+# src/codec is being reworked into a table-driven codec registry on another
+# branch (today codec.c names every codec and each codec calls back into
+# codec.c for its per-thread context, sqz_codec_tls). Remove the entry when
+# that lands.
+TOLERATED_CYCLE_DIRS = ("src/codec/",)
 
 
 def source_of(obj, build):
@@ -170,7 +179,7 @@ def main():
     if not edges:
         print(f"include_graph: no object files under {a.build}", file=sys.stderr)
         return 2
-    problems = []
+    problems, notes = [], []
     cycles = [c for c in sccs(edges) if len(c) > 1]
     for comp in cycles:
         detail = []
@@ -178,7 +187,11 @@ def main():
             for d in sorted(edges[s]):
                 if d in comp:
                     detail.append(f"    {s} -> {d}: {', '.join(sorted(edges[s][d]))}")
-        problems.append("cycle between " + ", ".join(comp) + ":\n" + "\n".join(detail))
+        text = "cycle between " + ", ".join(comp) + ":\n" + "\n".join(detail)
+        if any(all(f.startswith(t) for f in comp) for t in TOLERATED_CYCLE_DIRS):
+            notes.append("note: tolerated " + text)
+        else:
+            problems.append(text)
     for s in sorted(edges):
         for d in sorted(edges[s]):
             ls, ld = layer_of(s), layer_of(d)
@@ -194,7 +207,10 @@ def main():
                 print(f"{s} -> {d}: {', '.join(sorted(edges[s][d]))}")
     if not a.quiet:
         print(f"include_graph: {len(edges)} files, {nedges} dependencies, "
-              f"{len(cycles)} cycles, {len(problems)} problems")
+              f"{len(cycles)} cycles ({len(notes)} tolerated), "
+              f"{len(problems)} problems")
+        for n in notes:
+            print(n)
     for p in problems:
         print(p)
     return 1 if problems else 0
