@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "format/format_int.h"
+#include "common/errbuf.h"
 #include "common/lockorder.h"
 
 static int new_file_id(uint64_t *id)
@@ -30,12 +31,10 @@ static int new_file_id(uint64_t *id)
 
 int sqz_ctr_open_internal(int fd, int flags, const char *label,
                           const sqz_io *io, int own_fd, sqz_ctr **out,
-                          const char **why)
+                          char *err, size_t errlen)
 {
-    const char *dummy;
-    if (!why)
-        why = &dummy;
-    *why = NULL;
+    if (err && errlen)
+        err[0] = '\0';
     *out = NULL;
     int r;
     if (flags != SQZ_OPEN_RDONLY && flags != SQZ_OPEN_RDWR) {
@@ -64,18 +63,19 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         r = (int)got;
         goto fail_c;
     }
-    r = sqz_header_decode(hb, (size_t)got, &c->hdr, why);
+    r = sqz_header_decode(hb, (size_t)got, &c->hdr, err, errlen);
     if (r < 0) {
         r = -EBADMSG;
         goto fail_c;
     }
     if (fsize < SQZ_HDR_REGION) {
-        *why = "header region truncated";
+        sqz_errf(err, errlen, "header region truncated");
         r = -EBADMSG;
         goto fail_c;
     }
     c->bs = (size_t)1 << c->hdr.params.log2bs;
-    if ((r = sqz_replay(io, fd, &c->hdr, fsize, c->label, &c->st, why)) < 0)
+    if ((r = sqz_replay(io, fd, &c->hdr, fsize, c->label, &c->st, err,
+                        errlen)) < 0)
         goto fail_c;
     /* valid_end >= durable_end: only a tail after the synced log is cut */
     c->end = c->st.valid_end;
@@ -88,7 +88,7 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
                  c->label, (unsigned long long)(fsize - c->end));
         if ((r = io->truncate(io->ctx, fd, c->end)) < 0 ||
             (r = io->sync(io->ctx, fd, 1)) < 0) {
-            *why = "cannot truncate the torn tail";
+            sqz_errf(err, errlen, "cannot truncate the torn tail");
             goto fail_st;
         }
     }
@@ -110,9 +110,10 @@ fail_fd:
 int sqz_ctr_open_fd_io(int fd, int flags, const char *label, const sqz_io *io,
                        sqz_ctr **out)
 {
-    const char *why = NULL;
-    int r = sqz_ctr_open_internal(fd, flags, label, io, 1, out, &why);
-    if (r < 0 && why)
+    char why[128] = "";
+    int r = sqz_ctr_open_internal(fd, flags, label, io, 1, out, why,
+                                  sizeof why);
+    if (r < 0 && why[0])
         sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", why);
     return r;
 }
@@ -194,8 +195,7 @@ int sqz_ctr_probe_fd(int fd)
     if (got < 0)
         return (int)got;
     sqz_header h;
-    const char *why;
-    if (sqz_header_decode(hb, (size_t)got, &h, &why) == 0)
+    if (sqz_header_decode(hb, (size_t)got, &h, NULL, 0) == 0)
         return 1;
     if ((size_t)got >= sizeof sqz_hdr_magic &&
         memcmp(hb, sqz_hdr_magic, sizeof sqz_hdr_magic) == 0)

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "format/replay_int.h"
+#include "common/errbuf.h"
 
 /* a valid DATA record waiting for its COMMIT */
 typedef struct pend {
@@ -333,12 +334,12 @@ static int leave_durable(sqz_state *st, pending *pd, uint64_t durable,
  * last record applied. */
 int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
                        uint64_t file_size, const char *label, sqz_state *st,
-                       const char **why, uint64_t lenient_to,
+                       char *err, size_t errlen, uint64_t lenient_to,
                        uint64_t *applied)
 {
     memset(st, 0, sizeof *st);
     sqz_index_init(&st->ix);
-    int r = sqz_replay_load_checkpoint(io, fd, h, file_size, st, why);
+    int r = sqz_replay_load_checkpoint(io, fd, h, file_size, st, err, errlen);
     if (r < 0) {
         sqz_index_free(&st->ix);
         return r;
@@ -505,9 +506,9 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
             sqz_logf(SQZ_LOG_ERR, "%s: the damaged log before offset %llu held blocks "
                         "of a lost transaction that cannot be identified",
                      label, (unsigned long long)unknown);
-            *why = "log damaged (lost transaction's blocks unknown)";
+            sqz_errf(err, errlen, "log damaged (lost transaction's blocks unknown)");
         } else if (r == -EBADMSG) {
-            *why = "file changed while being read";
+            sqz_errf(err, errlen, "file changed while being read");
         }
         sqz_index_free(&st->ix);
         return r;

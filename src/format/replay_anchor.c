@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "format/replay_int.h"
+#include "common/errbuf.h"
 
 /* Load the checkpoint an anchor points to. 0, -EBADMSG, -ENOMEM, I/O. */
 static int load_anchor(const sqz_io *io, int fd, const sqz_header *h,
@@ -63,7 +64,8 @@ int sqz_anchor_check(const sqz_io *io, int fd, const sqz_header *h,
 }
 
 int sqz_replay_load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
-                           uint64_t fsize, sqz_state *st, const char **why)
+                           uint64_t fsize, sqz_state *st, char *err,
+                           size_t errlen)
 {
     uint8_t slots[2][SQZ_ANCHOR_READ];
     sqz_anchor a[2];
@@ -74,7 +76,7 @@ int sqz_replay_load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
         if (r < 0)
             return (int)r;
         if ((size_t)r != SQZ_ANCHOR_READ) {
-            *why = "header region truncated";
+            sqz_errf(err, errlen, "header region truncated");
             return -EBADMSG;
         }
         int d = sqz_anchor_decode(slots[s], s, h->file_id, &a[s]);
@@ -109,14 +111,14 @@ int sqz_replay_load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
             return r;
     }
     if (tried) {
-        *why = "index damaged (no valid checkpoint)";
+        sqz_errf(err, errlen, "index damaged (no valid checkpoint)");
         return -EBADMSG;
     }
     /* A crash tears at most the slot being written; the other one was made
      * durable before. Both damaged is bit rot: the log may have been
      * punched, so replaying it from the start could show a wrong state. */
     if (damaged == 2) {
-        *why = "index damaged (both anchor slots)";
+        sqz_errf(err, errlen, "index damaged (both anchor slots)");
         return -EBADMSG;
     }
     /* no anchor was ever written (or the first write was torn): nothing has

@@ -61,10 +61,11 @@ static int find_evidence(const sqz_io *io, int fd, const sqz_header *h,
  * torn tail; verify reports the unusable commits after it). */
 int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
                uint64_t file_size, const char *label, sqz_state *st,
-               const char **why)
+               char *err, size_t errlen)
 {
     uint64_t applied = 0;
-    int r = sqz_replay_pass(io, fd, h, file_size, label, st, why, 0, &applied);
+    int r = sqz_replay_pass(io, fd, h, file_size, label, st, err, errlen, 0,
+                            &applied);
     if (r < 0 || st->valid_end >= file_size ||
         file_size - st->valid_end < SQZ_REC_HDR)
         return r;
@@ -79,8 +80,7 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
         return 0;
     sqz_state st2;
     uint64_t applied2 = 0;
-    const char *why2 = NULL;
-    int r2 = sqz_replay_pass(io, fd, h, file_size, label, &st2, &why2, ev,
+    int r2 = sqz_replay_pass(io, fd, h, file_size, label, &st2, NULL, 0, ev,
                          &applied2);
     if (r2 == -ENOMEM) {
         sqz_index_free(&st->ix);

@@ -40,16 +40,16 @@ int sqz_scan_resync(scanner *sc, uint64_t pos, uint64_t durable, uint64_t fid,
 
 /* replay_anchor.c: pick the newest valid anchor and load its checkpoint
  * into st (or start after the header when none was written). 0,
- * -EBADMSG with *why set, -ENOMEM, I/O errors. */
+ * -EBADMSG with the reason in err, -ENOMEM, I/O errors. */
 int sqz_replay_load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
-                               uint64_t fsize, sqz_state *st,
-                               const char **why);
+                               uint64_t fsize, sqz_state *st, char *err,
+                               size_t errlen);
 
 /* replay.c: one replay (lenient_to > the durable mark: treat the log up to
  * it like the synced part). *applied: the end of the last record applied. */
 int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
                     uint64_t file_size, const char *label, sqz_state *st,
-                    const char **why, uint64_t lenient_to,
+                    char *err, size_t errlen, uint64_t lenient_to,
                     uint64_t *applied);
 
 #endif

@@ -37,13 +37,13 @@ static void problem(vctx *v, const char *fmt, ...)
 static int check_block(void *u, uint64_t idx, const sqz_entry *e)
 {
     vctx *v = u;
-    const char *why = "I/O error";
-    int r = sqz_block_load(v->c, e, v->buf, &why);
+    char why[64] = "";
+    int r = sqz_block_load(v->c, e, v->buf, why, sizeof why);
     if (r == -ENOMEM)
         return r;
     if (r < 0)
         problem(v, "block %llu at offset %llu: %s", (unsigned long long)idx,
-                (unsigned long long)e->off, why);
+                (unsigned long long)e->off, why[0] ? why : "I/O error");
     return 0;
 }
 
@@ -110,11 +110,11 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
     if (r == 0) {
         uint8_t hb[SQZ_HDR_SIZE];
         sqz_header h;
-        const char *why = "header unreadable";
+        char why[64] = "header unreadable";
         ssize_t got = c->io.pread(c->io.ctx, c->fd, hb, sizeof hb, 0);
         if (got < 0)
             r = (int)got;
-        else if (sqz_header_decode(hb, (size_t)got, &h, &why) < 0)
+        else if (sqz_header_decode(hb, (size_t)got, &h, why, sizeof why) < 0)
             problem(&v, "%s", why);
         else if (h.file_id != c->hdr.file_id)
             problem(&v, "header changed since the container was opened");
@@ -179,12 +179,12 @@ int sqz_verify_fd_ex(int fd, const char *label, sqz_report_fn report,
     if (dfd < 0)
         return -errno;
     sqz_ctr *c;
-    const char *why = NULL;
+    char why[128] = "";
     int r = sqz_ctr_open_internal(dfd, SQZ_OPEN_RDONLY, label, &sqz_io_syscalls,
-                                  1, &c, &why);
+                                  1, &c, why, sizeof why);
     if (r == -EBADMSG) {
         if (report)
-            report(user, why ? why : "not a valid container");
+            report(user, why[0] ? why : "not a valid container");
         return 1;
     }
     if (r < 0)
