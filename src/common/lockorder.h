@@ -65,14 +65,20 @@ void sqz_lo_assert_held(const void *lock, int excl, const char *name,
 void sqz_lo_fail_rc(int rc, const char *what, const char *name,
                     const char *file, int line);
 
+/* Abort naming the call if a pthread lock call failed. */
+static inline void sqz_lo_ok(int rc, const char *what, const char *name,
+                             const char *file, int line)
+{
+    if (rc)
+        sqz_lo_fail_rc(rc, what, name, file, line);
+}
+
 static inline void sqz_lo_mutex_lock(pthread_mutex_t *m, int rank,
                                      const char *name, const char *file,
                                      int line)
 {
     sqz_lo_check(m, rank, name, file, line);
-    int rc = pthread_mutex_lock(m);
-    if (rc)
-        sqz_lo_fail_rc(rc, "pthread_mutex_lock", name, file, line);
+    sqz_lo_ok(pthread_mutex_lock(m), "pthread_mutex_lock", name, file, line);
     sqz_lo_push(m, rank, name, 1);
 }
 
@@ -80,29 +86,19 @@ static inline void sqz_lo_mutex_unlock(pthread_mutex_t *m, const char *name,
                                        const char *file, int line)
 {
     sqz_lo_pop(m, name, file, line);
-    int rc = pthread_mutex_unlock(m);
-    if (rc)
-        sqz_lo_fail_rc(rc, "pthread_mutex_unlock", name, file, line);
+    sqz_lo_ok(pthread_mutex_unlock(m), "pthread_mutex_unlock", name, file,
+              line);
 }
 
-static inline void sqz_lo_rdlock(pthread_rwlock_t *l, int rank,
+/* write: taken for writing (exclusive). */
+static inline void sqz_lo_rwlock(pthread_rwlock_t *l, int rank, int write,
                                  const char *name, const char *file, int line)
 {
     sqz_lo_check(l, rank, name, file, line);
-    int rc = pthread_rwlock_rdlock(l);
-    if (rc)
-        sqz_lo_fail_rc(rc, "pthread_rwlock_rdlock", name, file, line);
-    sqz_lo_push(l, rank, name, 0);
-}
-
-static inline void sqz_lo_wrlock(pthread_rwlock_t *l, int rank,
-                                 const char *name, const char *file, int line)
-{
-    sqz_lo_check(l, rank, name, file, line);
-    int rc = pthread_rwlock_wrlock(l);
-    if (rc)
-        sqz_lo_fail_rc(rc, "pthread_rwlock_wrlock", name, file, line);
-    sqz_lo_push(l, rank, name, 1);
+    sqz_lo_ok(write ? pthread_rwlock_wrlock(l) : pthread_rwlock_rdlock(l),
+              write ? "pthread_rwlock_wrlock" : "pthread_rwlock_rdlock", name,
+              file, line);
+    sqz_lo_push(l, rank, name, write);
 }
 
 static inline int sqz_lo_tryrdlock(pthread_rwlock_t *l, int rank,
@@ -118,16 +114,17 @@ static inline void sqz_lo_rwunlock(pthread_rwlock_t *l, const char *name,
                                    const char *file, int line)
 {
     sqz_lo_pop(l, name, file, line);
-    int rc = pthread_rwlock_unlock(l);
-    if (rc)
-        sqz_lo_fail_rc(rc, "pthread_rwlock_unlock", name, file, line);
+    sqz_lo_ok(pthread_rwlock_unlock(l), "pthread_rwlock_unlock", name, file,
+              line);
 }
 
 #define SQZ_MUTEX_LOCK(m, rank) \
     sqz_lo_mutex_lock((m), (rank), #m, __FILE__, __LINE__)
 #define SQZ_MUTEX_UNLOCK(m) sqz_lo_mutex_unlock((m), #m, __FILE__, __LINE__)
-#define SQZ_RDLOCK(l, rank) sqz_lo_rdlock((l), (rank), #l, __FILE__, __LINE__)
-#define SQZ_WRLOCK(l, rank) sqz_lo_wrlock((l), (rank), #l, __FILE__, __LINE__)
+#define SQZ_RDLOCK(l, rank) \
+    sqz_lo_rwlock((l), (rank), 0, #l, __FILE__, __LINE__)
+#define SQZ_WRLOCK(l, rank) \
+    sqz_lo_rwlock((l), (rank), 1, #l, __FILE__, __LINE__)
 #define SQZ_TRYRDLOCK(l, rank) sqz_lo_tryrdlock((l), (rank), #l)
 #define SQZ_RWUNLOCK(l) sqz_lo_rwunlock((l), #l, __FILE__, __LINE__)
 /* The caller holds l (shared or exclusive) / l exclusive (a mutex, or an

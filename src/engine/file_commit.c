@@ -255,13 +255,7 @@ int sqz_file_commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
     }
 
     int rc = 0;
-    if (n == 1) {
-        prep_job(&args[0]);
-    } else if (n > 1) {
-        sqz_batch batch;
-        sqz_batch_init(&batch, jobs, n);
-        sqz_pool_run(e->pool, &batch);
-    }
+    sqz_pool_run_jobs(e->pool, jobs, n);
     for (size_t i = 0; i < n && rc == 0; i++)
         rc = args[i].rc;
 

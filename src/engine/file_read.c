@@ -266,13 +266,7 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
             }
             blk[nw++] = b; /* NULL: a hole past the committed end, or theirs */
         }
-        if (nmiss == 1) {
-            miss_job(&ms[0]);
-        } else if (nmiss > 1) {
-            sqz_batch batch;
-            sqz_batch_init(&batch, jobs, nmiss);
-            sqz_pool_run(e->pool, &batch);
-        }
+        sqz_pool_run_jobs(e->pool, jobs, nmiss);
         for (size_t i = 0; i < nmiss; i++) {
             if (ms[i].rc >= 0) {
                 count_decompress(e, ms[i].rc, ms[i].stored);

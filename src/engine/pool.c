@@ -210,3 +210,14 @@ void sqz_pool_run(sqz_pool *p, sqz_batch *b)
     sqz_pool_submit(p, b);
     sqz_pool_wait(p, b);
 }
+
+void sqz_pool_run_jobs(sqz_pool *p, sqz_job *jobs, size_t n)
+{
+    if (n == 1) {
+        jobs[0].fn(jobs[0].arg);
+    } else if (n > 1) {
+        sqz_batch batch;
+        sqz_batch_init(&batch, jobs, n);
+        sqz_pool_run(p, &batch);
+    }
+}

@@ -64,5 +64,8 @@ void sqz_pool_wait_done(sqz_pool *p, sqz_batch *b);
 int sqz_pool_done(sqz_pool *p, sqz_batch *b);
 /* Convenience: submit and wait. */
 void sqz_pool_run(sqz_pool *p, sqz_batch *b);
+/* Run the n jobs of the array and return when all are done: a single job
+ * in this thread, more as a batch on the pool (sqz_pool_run). */
+void sqz_pool_run_jobs(sqz_pool *p, sqz_job *jobs, size_t n);
 
 #endif
