@@ -309,7 +309,7 @@ int sqz_mount_main(int argc, char **argv)
     mallopt(M_ARENA_MAX, 1);
     raise_fd_limit();
     memset(fs, 0, sizeof(*fs));
-    sqz_mutex_init(&fs->readahead_mu); /* cannot fail (defaults) */
+    sqz_mutex_init(&fs->readahead_mu); /* cannot fail with glibc */
     fs->root_dirfd = -1;
     sqz_mount_opts_init(&fs->opts);
     struct cmdline cl;
