@@ -1,5 +1,5 @@
 /* Engine internals shared by engine.c (engine object, open-file set,
- * background flusher) and file.c (per-file I/O). Not for other layers.
+ * background flusher) and file*.c (per-file I/O). Not for other layers.
  *
  * Locks: sqz_engine.files_lock (the open-file set and the flusher's
  * flags; a user of a file taken from the set holds a reference, link.refs,

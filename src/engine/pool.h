@@ -56,8 +56,8 @@ void sqz_pool_wait(sqz_pool *p, sqz_batch *b);
 /* Wait until every job of a submitted batch has finished without running
  * any of them here: the caller stays off the CPU, so the pool's thread
  * count bounds the CPU that background work of a blocked writer uses
- * (threads=N). Workers never block on the caller's locks (see file.c), so
- * this always returns. */
+ * (threads=N). Workers never block on the caller's locks (read-ahead jobs
+ * only try the file lock: file_read.c), so this always returns. */
 void sqz_pool_wait_done(sqz_pool *p, sqz_batch *b);
 /* 1 if every job of a submitted batch has finished, else 0 (a batch
  * initialised with n == 0 counts as finished). Does not block. */

@@ -198,7 +198,7 @@ int sqz_ckpt_build(const sqz_index *ix, uint64_t file_id, uint64_t txn,
 int sqz_ckpt_parse(const uint8_t *payload, uint32_t plen, uint64_t rec_off,
                    int log2bs, sqz_index *ix, uint64_t *length);
 
-/* ---- replay.c ---- */
+/* ---- replay*.c (replay_int.h) ---- */
 #define SQZ_DAMAGE_MAX 8
 typedef struct sqz_damage {
     uint64_t off, len;        /* bytes of the synced log that were skipped */

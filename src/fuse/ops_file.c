@@ -1,5 +1,5 @@
 /* File operations: create, open, read, write, flush, release, fsync,
- * fallocate. The data path lives in content.c; this file adapts FUSE
+ * fallocate. The data path lives in content_*.c; this file adapts FUSE
  * requests to it. */
 #include "fuse/fs.h"
 #include "common/lockorder.h"
