@@ -2,18 +2,20 @@
 # The whole squeezefs test suite (what CI runs through .ci/run).
 #
 # Usage: tools/test.sh [--long] [--quick] [--no-install]
-#   --long        SQZ_LONG=1 for pytest (long tests, more crash rounds) and
-#                 600 s of fuzzing per target (FUZZ_SECONDS overrides).
+#   --long        SQZ_LONG=1 for pytest (long tests, more crash rounds),
+#                 600 s of fuzzing per target (FUZZ_SECONDS overrides) and
+#                 more suites under ThreadSanitizer.
 #   --quick       only deps, build/, unit tests and pytest on build/
-#                 (skips the ASan build + tests and fuzzing).
+#                 (skips the ASan and TSan builds + tests and fuzzing).
 #   --no-install  do not run tools/install-deps.sh.
 # Environment: FUZZ_SECONDS (default 60, --long 600), PYTEST_ARGS (extra
-#   arguments for both pytest stages), PYTEST_TIMEOUT / ASAN_PYTEST_TIMEOUT
-#   (seconds, safety nets against hangs).
+#   arguments for the pytest stages), PYTEST_TIMEOUT / ASAN_PYTEST_TIMEOUT /
+#   TSAN_PYTEST_TIMEOUT (seconds, safety nets against hangs).
 #
 # Stages (all are run; failures are remembered, not fatal):
-#   deps, build, build-asan, unit, unit-asan, pytest, pytest-asan,
-#   fuzz-build, fuzz-container, fuzz-codec, fuzz-policy, fuzz-options
+#   deps, build, build-asan, build-tsan, unit, unit-asan, unit-tsan, pytest,
+#   pytest-asan, pytest-tsan, fuzz-build, fuzz-container, fuzz-codec,
+#   fuzz-policy, fuzz-options
 # Prints the elapsed time of every stage and a final summary line; exits 1
 # if any stage failed.
 set -euo pipefail
@@ -53,10 +55,12 @@ if [[ $LONG -eq 1 ]]; then
     FUZZ_SECONDS=${FUZZ_SECONDS:-600}
     PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-5400}
     ASAN_PYTEST_TIMEOUT=${ASAN_PYTEST_TIMEOUT:-1800}
+    TSAN_PYTEST_TIMEOUT=${TSAN_PYTEST_TIMEOUT:-1800}
 else
     FUZZ_SECONDS=${FUZZ_SECONDS:-60}
     PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-720}
     ASAN_PYTEST_TIMEOUT=${ASAN_PYTEST_TIMEOUT:-300}
+    TSAN_PYTEST_TIMEOUT=${TSAN_PYTEST_TIMEOUT:-300}
 fi
 read -r -a EXTRA_PYTEST <<<"${PYTEST_ARGS:-}"
 
@@ -125,10 +129,41 @@ st_build_asan() {
     bash tools/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dwerror=true
 }
 
+# ThreadSanitizer (gcc or clang, whichever CC is; PIE is the toolchain's
+# default). The lock-order checks are on in this build too (no NDEBUG).
+st_build_tsan() {
+    bash tools/build.sh build-tsan -Db_sanitize=thread -Db_lundef=false -Dwerror=true
+}
+
 st_unit() {
     local dir=$1
     [[ -f $dir/build.ninja ]] || { echo "no $dir: its build failed" >&2; return 1; }
     meson test -C "$dir" --print-errorlogs
+}
+
+# TSan reports go to files; any report fails the stage (halt_on_error also
+# stops the reporting process: exit 66).
+TSAN_OPTS_BASE="halt_on_error=1:exitcode=66:second_deadlock_stack=1"
+
+# Print the sanitizer report files in $1; 1 if there are any.
+show_reports() {
+    local f reports=("$1"/*)
+    [[ -e ${reports[0]} ]] || return 0
+    echo "sanitizer reports:" >&2
+    for f in "${reports[@]}"; do echo "----- $f" >&2; head -n 80 "$f" >&2; done
+    return 1
+}
+
+# The engine's unit tests (block cache, dirty blocks, worker pool, flusher)
+# and the lock-order checks under TSan.
+st_unit_tsan() {
+    [[ -f build-tsan/build.ninja ]] || { echo "no build-tsan: its build failed" >&2; return 1; }
+    local logs=$WORK/tsan-unit rc=0
+    mkdir -p "$logs"
+    TSAN_OPTIONS=$TSAN_OPTS_BASE:log_path=$logs/tsan \
+        meson test -C build-tsan --print-errorlogs engine lockorder || rc=$?
+    show_reports "$logs" || [[ $rc -ne 0 ]] || rc=1
+    return "$rc"
 }
 
 # pytest exit 5 (nothing collected) is a failure here: every stage must test.
@@ -170,12 +205,23 @@ st_pytest_asan() {
     LSAN_OPTIONS=log_path=$logs/lsan \
         run_pytest "$ASAN_PYTEST_TIMEOUT" "${files[@]}" --basetemp="$WORK/pytest-asan" \
         "${EXTRA_PYTEST[@]}" || rc=$?
-    local reports=("$logs"/*)
-    if [[ -e ${reports[0]} ]]; then
-        echo "sanitizer reports:" >&2
-        for f in "${reports[@]}"; do echo "----- $f" >&2; head -n 80 "$f" >&2; done
-        [[ $rc -ne 0 ]] || rc=1
-    fi
+    show_reports "$logs" || [[ $rc -ne 0 ]] || rc=1
+    return "$rc"
+}
+
+# The TSan daemon under the concurrency, stress and integrity suites (with
+# --long also the POSIX and fault suites). Any TSan report fails the stage.
+st_pytest_tsan() {
+    [[ -x build-tsan/squeezefs ]] || { echo "build-tsan/squeezefs missing: the build failed" >&2; return 1; }
+    local files=(tests/test_concurrency.py tests/test_stress.py tests/test_integrity.py)
+    [[ $LONG -eq 1 ]] && files+=(tests/test_posix.py tests/test_faults.py)
+    local logs=$WORK/tsan rc=0
+    mkdir -p "$logs"
+    SQUEEZEFS_BIN=$ROOT/build-tsan/squeezefs SQZ_QUICK=1 \
+    TSAN_OPTIONS=$TSAN_OPTS_BASE:log_path=$logs/tsan \
+        run_pytest "$TSAN_PYTEST_TIMEOUT" "${files[@]}" --basetemp="$WORK/pytest-tsan" \
+        "${EXTRA_PYTEST[@]}" || rc=$?
+    show_reports "$logs" || [[ $rc -ne 0 ]] || rc=1
     return "$rc"
 }
 
@@ -243,12 +289,19 @@ else
     SKIPPED+=(deps)
 fi
 run_stage build st_build
-if [[ $QUICK -eq 0 ]]; then run_stage build-asan st_build_asan; fi
+if [[ $QUICK -eq 0 ]]; then
+    run_stage build-asan st_build_asan
+    run_stage build-tsan st_build_tsan
+fi
 run_stage unit st_unit build
-if [[ $QUICK -eq 0 ]]; then run_stage unit-asan st_unit build-asan; fi
+if [[ $QUICK -eq 0 ]]; then
+    run_stage unit-asan st_unit build-asan
+    run_stage unit-tsan st_unit_tsan
+fi
 run_stage pytest st_pytest
 if [[ $QUICK -eq 0 ]]; then
     run_stage pytest-asan st_pytest_asan
+    run_stage pytest-tsan st_pytest_tsan
     run_stage fuzz-build st_fuzz_build
     for t in "${FUZZERS[@]}"; do
         if failed_stage fuzz-build; then
@@ -258,7 +311,7 @@ if [[ $QUICK -eq 0 ]]; then
         fi
     done
 else
-    SKIPPED+=(build-asan unit-asan pytest-asan fuzz-build)
+    SKIPPED+=(build-asan build-tsan unit-asan unit-tsan pytest-asan pytest-tsan fuzz-build)
 fi
 
 echo

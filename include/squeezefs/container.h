@@ -18,9 +18,9 @@
  * Thread safety: a sqz_ctr may be used from several threads at once.
  * Reads (sqz_ctr_read_block, sqz_ctr_read) run concurrently with each other;
  * mutating calls (write, commit, truncate, sync, checkpoint) are serialised
- * by the container's internal rwlock (readers take it shared, mutators
- * exclusive). Two sqz_ctr objects must never be open for writing on one
- * backing file at the same time.
+ * by the container's internal rwlock (its rank among squeezefs' locks:
+ * docs/LOCKING.md). Two sqz_ctr objects must never be open for writing on
+ * one backing file at the same time.
  */
 #ifndef SQUEEZEFS_CONTAINER_H
 #define SQUEEZEFS_CONTAINER_H
@@ -75,8 +75,14 @@ struct sqz_ctr_stat {
     uint64_t dead_bytes;       /* stored bytes no longer referenced */
 };
 
-/* Callback for log lines (damaged blocks, repaired tails). level: 0 error,
- * 1 warning, 2 info. May be called from any thread. */
+/* Log levels of sqz_logf and of the sink's level argument. */
+#define SQZ_LOG_ERR 0  /* an operation failed or data is damaged */
+#define SQZ_LOG_WARN 1 /* degraded, but the operation went on */
+#define SQZ_LOG_INFO 2 /* for the record */
+
+/* Callback for log lines (damaged blocks, repaired tails). level: one of
+ * SQZ_LOG_ERR, SQZ_LOG_WARN, SQZ_LOG_INFO. May be called from any
+ * thread. */
 typedef void (*sqz_log_fn)(void *user, int level, const char *msg);
 /* Set the process-wide log sink (default: stderr). Not thread-safe against
  * concurrent logging: call once at start-up. */

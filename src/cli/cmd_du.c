@@ -226,7 +226,7 @@ static void problem(du_ctx *x, const char *path, const char *rel, bool damaged,
 static void log_sink(void *user, int level, const char *msg)
 {
     du_ctx *x = user;
-    if (level > 1 || x->why[0])
+    if (level > SQZ_LOG_WARN || x->why[0])
         return;
     const char *sep = strstr(msg, ": ");
     snprintf(x->why, sizeof x->why, "%s", sep ? sep + 2 : msg);

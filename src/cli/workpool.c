@@ -4,12 +4,13 @@
 #include <stdlib.h>
 
 #include "workpool.h"
+#include "common/lockorder.h"
 
 static void *worker(void *arg)
 {
     workpool *p = arg;
     unsigned seen = 0;
-    pthread_mutex_lock(&p->mu);
+    SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_CLI_POOL);
     for (;;) {
         while (p->gen == seen && !p->quit)
             pthread_cond_wait(&p->cv_start, &p->mu);
@@ -18,13 +19,13 @@ static void *worker(void *arg)
         seen = p->gen;
         void (*fn)(void *) = p->fn;
         void *a = p->arg;
-        pthread_mutex_unlock(&p->mu);
+        SQZ_MUTEX_UNLOCK(&p->mu);
         fn(a);
-        pthread_mutex_lock(&p->mu);
+        SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_CLI_POOL);
         if (--p->busy == 0)
             pthread_cond_signal(&p->cv_done);
     }
-    pthread_mutex_unlock(&p->mu);
+    SQZ_MUTEX_UNLOCK(&p->mu);
     return NULL;
 }
 
@@ -35,7 +36,7 @@ int workpool_init(workpool *p, int threads)
     p->busy = 0;
     p->quit = false;
     p->th = NULL;
-    if (pthread_mutex_init(&p->mu, NULL))
+    if (sqz_mutex_init(&p->mu))
         return -ENOMEM;
     pthread_cond_init(&p->cv_start, NULL);
     pthread_cond_init(&p->cv_done, NULL);
@@ -61,29 +62,29 @@ int workpool_init(workpool *p, int threads)
 void workpool_run(workpool *p, void (*fn)(void *), void *arg)
 {
     if (p->n > 0) {
-        pthread_mutex_lock(&p->mu);
+        SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_CLI_POOL);
         p->fn = fn;
         p->arg = arg;
         p->busy = p->n;
         p->gen++;
         pthread_cond_broadcast(&p->cv_start);
-        pthread_mutex_unlock(&p->mu);
+        SQZ_MUTEX_UNLOCK(&p->mu);
     }
     fn(arg);
     if (p->n > 0) {
-        pthread_mutex_lock(&p->mu);
+        SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_CLI_POOL);
         while (p->busy > 0)
             pthread_cond_wait(&p->cv_done, &p->mu);
-        pthread_mutex_unlock(&p->mu);
+        SQZ_MUTEX_UNLOCK(&p->mu);
     }
 }
 
 void workpool_destroy(workpool *p)
 {
-    pthread_mutex_lock(&p->mu);
+    SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_CLI_POOL);
     p->quit = true;
     pthread_cond_broadcast(&p->cv_start);
-    pthread_mutex_unlock(&p->mu);
+    SQZ_MUTEX_UNLOCK(&p->mu);
     for (int i = 0; i < p->n; i++)
         pthread_join(p->th[i], NULL);
     free(p->th);

@@ -1,5 +1,6 @@
 /* Bounded LRU cache of refcounted decompressed blocks (see cache.h). */
 #include "engine/cache.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -60,7 +61,7 @@ int sqz_cache_new(size_t capacity, sqz_cache **out)
         free(c);
         return -ENOMEM;
     }
-    int rc = pthread_mutex_init(&c->mu, NULL);
+    int rc = sqz_mutex_init(&c->mu);
     if (rc) {
         free(c->buckets);
         free(c);
@@ -164,7 +165,7 @@ void sqz_cache_free(sqz_cache *c)
 
 sqz_cblock *sqz_cache_get(sqz_cache *c, uint64_t fid, uint64_t idx)
 {
-    pthread_mutex_lock(&c->mu);
+    SQZ_MUTEX_LOCK(&c->mu, SQZ_RANK_CACHE);
     sqz_cblock *b = *find_slot(c, fid, idx);
     if (b) {
         sqz_cblock_ref(b);
@@ -173,32 +174,32 @@ sqz_cblock *sqz_cache_get(sqz_cache *c, uint64_t fid, uint64_t idx)
             lru_push_front(c, b);
         }
     }
-    pthread_mutex_unlock(&c->mu);
+    SQZ_MUTEX_UNLOCK(&c->mu);
     return b;
 }
 
 int sqz_cache_contains(sqz_cache *c, uint64_t fid, uint64_t idx)
 {
-    pthread_mutex_lock(&c->mu);
+    SQZ_MUTEX_LOCK(&c->mu, SQZ_RANK_CACHE);
     int hit = *find_slot(c, fid, idx) != NULL;
-    pthread_mutex_unlock(&c->mu);
+    SQZ_MUTEX_UNLOCK(&c->mu);
     return hit;
 }
 
 void sqz_cache_insert(sqz_cache *c, sqz_cblock *b)
 {
-    pthread_mutex_lock(&c->mu);
+    SQZ_MUTEX_LOCK(&c->mu, SQZ_RANK_CACHE);
     sqz_cblock **pp = find_slot(c, b->fid, b->idx);
     if (*pp == b) { /* already there: just refresh */
         lru_unlink(c, b);
         lru_push_front(c, b);
-        pthread_mutex_unlock(&c->mu);
+        SQZ_MUTEX_UNLOCK(&c->mu);
         return;
     }
     if (*pp)
         remove_at(c, pp);
     if (b->size > c->capacity) {
-        pthread_mutex_unlock(&c->mu);
+        SQZ_MUTEX_UNLOCK(&c->mu);
         return;
     }
     /* Evict from the cold end until b fits. */
@@ -221,21 +222,21 @@ void sqz_cache_insert(sqz_cache *c, sqz_cblock *b)
                           atomic_load_explicit(&c->bytes, memory_order_relaxed)
                               + b->size,
                           memory_order_relaxed);
-    pthread_mutex_unlock(&c->mu);
+    SQZ_MUTEX_UNLOCK(&c->mu);
 }
 
 void sqz_cache_drop(sqz_cache *c, uint64_t fid, uint64_t idx)
 {
-    pthread_mutex_lock(&c->mu);
+    SQZ_MUTEX_LOCK(&c->mu, SQZ_RANK_CACHE);
     sqz_cblock **pp = find_slot(c, fid, idx);
     if (*pp)
         remove_at(c, pp);
-    pthread_mutex_unlock(&c->mu);
+    SQZ_MUTEX_UNLOCK(&c->mu);
 }
 
 void sqz_cache_drop_file(sqz_cache *c, uint64_t fid, uint64_t from_idx)
 {
-    pthread_mutex_lock(&c->mu);
+    SQZ_MUTEX_LOCK(&c->mu, SQZ_RANK_CACHE);
     for (size_t i = 0; i < c->nbuckets; i++) {
         sqz_cblock **pp = &c->buckets[i];
         while (*pp) {
@@ -245,7 +246,7 @@ void sqz_cache_drop_file(sqz_cache *c, uint64_t fid, uint64_t from_idx)
                 pp = &(*pp)->hnext;
         }
     }
-    pthread_mutex_unlock(&c->mu);
+    SQZ_MUTEX_UNLOCK(&c->mu);
 }
 
 size_t sqz_cache_bytes(sqz_cache *c)
@@ -255,9 +256,9 @@ size_t sqz_cache_bytes(sqz_cache *c)
 
 size_t sqz_cache_count(sqz_cache *c)
 {
-    pthread_mutex_lock(&c->mu);
+    SQZ_MUTEX_LOCK(&c->mu, SQZ_RANK_CACHE);
     size_t n = c->count;
-    pthread_mutex_unlock(&c->mu);
+    SQZ_MUTEX_UNLOCK(&c->mu);
     return n;
 }
 

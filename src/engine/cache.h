@@ -10,10 +10,9 @@
  * capacity of 0 caches nothing (every lookup misses). Blocks evicted while
  * referenced stay alive (outside the bound) until released.
  *
- * Locking: sqz_cache.mu (the engine's cache_lock) protects the hash table,
- * the LRU list, and each block's links and in-cache flag. It is held only
- * for table operations, never during I/O, decompression or copying, and no
- * other lock is taken while it is held. Reference counts are atomics.
+ * Locking: sqz_cache.mu protects the hash table, the LRU list, and each
+ * block's links and in-cache flag; it is held only for table operations
+ * (a leaf: docs/LOCKING.md). Reference counts are atomics.
  */
 #ifndef SQUEEZEFS_ENGINE_CACHE_H
 #define SQUEEZEFS_ENGINE_CACHE_H

@@ -2,13 +2,12 @@
  * background flusher thread that commits dirty data after dirty_expire_ms
  * (or at once when the total dirty data is above dirty_bytes_max). */
 #include "engine/engine_int.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <time.h>
 #include <unistd.h>
-
-#define MIB ((size_t)1 << 20)
 
 uint64_t sqz_engine_now_ms(void)
 {
@@ -21,19 +20,19 @@ uint64_t sqz_engine_now_ms(void)
 
 void sqz_engine_attach(sqz_engine *e, sqz_file_link *l)
 {
-    pthread_mutex_lock(&e->files_lock);
+    SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
     l->prev = NULL;
     l->next = e->files;
     if (e->files)
         e->files->prev = l;
     e->files = l;
     l->refs = 0;
-    pthread_mutex_unlock(&e->files_lock);
+    SQZ_MUTEX_UNLOCK(&e->files_lock);
 }
 
 void sqz_engine_detach(sqz_engine *e, sqz_file_link *l)
 {
-    pthread_mutex_lock(&e->files_lock);
+    SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
     if (l->prev)
         l->prev->next = l->next;
     else
@@ -43,17 +42,17 @@ void sqz_engine_detach(sqz_engine *e, sqz_file_link *l)
     l->prev = l->next = NULL;
     while (l->refs > 0)
         pthread_cond_wait(&e->files_cv, &e->files_lock);
-    pthread_mutex_unlock(&e->files_lock);
+    SQZ_MUTEX_UNLOCK(&e->files_lock);
 }
 
 void sqz_engine_pressure(sqz_engine *e)
 {
-    pthread_mutex_lock(&e->files_lock);
+    SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
     if (!e->pressure) {
         e->pressure = 1;
         pthread_cond_signal(&e->flusher_cv);
     }
-    pthread_mutex_unlock(&e->files_lock);
+    SQZ_MUTEX_UNLOCK(&e->files_lock);
 }
 
 /* Commit every file that became dirty at or before cutoff. The candidates
@@ -62,9 +61,10 @@ void sqz_engine_pressure(sqz_engine *e)
  * first error. files_lock held on entry and exit. */
 static int writeback_pass(sqz_engine *e, uint64_t cutoff)
 {
+    SQZ_ASSERT_EXCL(&e->files_lock);
     size_t n = 0;
     for (sqz_file_link *l = e->files; l; l = l->next) {
-        uint64_t since = sqz_file_dirty_since(l->file);
+        uint64_t since = atomic_load(&l->dirty_since);
         if (since != 0 && since <= cutoff)
             n++;
     }
@@ -75,20 +75,20 @@ static int writeback_pass(sqz_engine *e, uint64_t cutoff)
         return -ENOMEM;
     size_t k = 0;
     for (sqz_file_link *l = e->files; l && k < n; l = l->next) {
-        uint64_t since = sqz_file_dirty_since(l->file);
+        uint64_t since = atomic_load(&l->dirty_since);
         if (since != 0 && since <= cutoff) {
             l->refs++;
             v[k++] = l;
         }
     }
-    pthread_mutex_unlock(&e->files_lock);
+    SQZ_MUTEX_UNLOCK(&e->files_lock);
     int first_err = 0;
     for (size_t i = 0; i < k; i++) {
-        int rc = sqz_file_writeback(v[i]->file, cutoff);
+        int rc = v[i]->writeback(v[i]->file, cutoff);
         if (rc < 0 && !first_err)
             first_err = rc;
     }
-    pthread_mutex_lock(&e->files_lock);
+    SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
     for (size_t i = 0; i < k; i++)
         if (--v[i]->refs == 0)
             pthread_cond_broadcast(&e->files_cv);
@@ -104,7 +104,7 @@ static void *flusher_main(void *arg)
         tick = 5;
     if (tick > 1000)
         tick = 1000;
-    pthread_mutex_lock(&e->files_lock);
+    SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
     while (!e->stop) {
         if (!e->pressure) {
             struct timespec ts;
@@ -132,7 +132,7 @@ static void *flusher_main(void *arg)
          * reported by the owner's own flush/fsync/close. */
         (void)writeback_pass(e, cutoff);
     }
-    pthread_mutex_unlock(&e->files_lock);
+    SQZ_MUTEX_UNLOCK(&e->files_lock);
     return NULL;
 }
 
@@ -155,13 +155,16 @@ int sqz_engine_new(const sqz_engine_opts *o, sqz_engine **out)
     }
     e->cache_bytes = o->cache_bytes == SQZ_ENGINE_CACHE_OFF ? 0
                      : o->cache_bytes ? o->cache_bytes
-                                      : 256 * MIB;
-    e->dirty_bytes_file = o->dirty_bytes_file ? o->dirty_bytes_file : 8 * MIB;
-    e->dirty_bytes_max = o->dirty_bytes_max ? o->dirty_bytes_max : 256 * MIB;
-    e->dirty_expire_ms = o->dirty_expire_ms ? o->dirty_expire_ms : 2000;
+                                      : SQZ_ENGINE_CACHE_DEFAULT;
+    e->dirty_bytes_file = o->dirty_bytes_file ? o->dirty_bytes_file
+                                              : SQZ_ENGINE_DIRTY_FILE_DEFAULT;
+    e->dirty_bytes_max = o->dirty_bytes_max ? o->dirty_bytes_max
+                                            : SQZ_ENGINE_DIRTY_MAX_DEFAULT;
+    e->dirty_expire_ms = o->dirty_expire_ms ? o->dirty_expire_ms
+                                            : SQZ_ENGINE_EXPIRE_MS_DEFAULT;
     e->readahead_blocks = o->readahead_blocks < 0 ? 0
                           : o->readahead_blocks ? o->readahead_blocks
-                                                : 4;
+                                                : SQZ_ENGINE_READAHEAD_DEFAULT;
     atomic_init(&e->dirty_total, 0);
     atomic_init(&e->next_fid, 1);
 
@@ -171,7 +174,7 @@ int sqz_engine_new(const sqz_engine_opts *o, sqz_engine **out)
     rc = sqz_cache_new(e->cache_bytes, &e->cache);
     if (rc < 0)
         goto fail_pool;
-    if ((rc = -pthread_mutex_init(&e->files_lock, NULL)) < 0)
+    if ((rc = -sqz_mutex_init(&e->files_lock)) < 0)
         goto fail_cache;
     if ((rc = -pthread_cond_init(&e->files_cv, NULL)) < 0)
         goto fail_mutex;
@@ -209,10 +212,10 @@ void sqz_engine_free(sqz_engine *e)
     if (!e)
         return;
     if (e->flusher_started) {
-        pthread_mutex_lock(&e->files_lock);
+        SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
         e->stop = 1;
         pthread_cond_signal(&e->flusher_cv);
-        pthread_mutex_unlock(&e->files_lock);
+        SQZ_MUTEX_UNLOCK(&e->files_lock);
         pthread_join(e->flusher, NULL);
     }
     pthread_cond_destroy(&e->flusher_cv);
@@ -245,8 +248,8 @@ void sqz_engine_stats(sqz_engine *e, sqz_stats *out)
 
 int sqz_engine_flush_all(sqz_engine *e)
 {
-    pthread_mutex_lock(&e->files_lock);
+    SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
     int rc = writeback_pass(e, UINT64_MAX);
-    pthread_mutex_unlock(&e->files_lock);
+    SQZ_MUTEX_UNLOCK(&e->files_lock);
     return rc;
 }

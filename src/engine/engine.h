@@ -2,22 +2,13 @@
  * compression, read-ahead. Sits between the FUSE front end and the
  * container library. Internal (not a public header).
  *
- * Locking (documented, not patched):
- *  - sqz_engine.cache_lock (mutex): protects the block cache (hash + LRU
- *    list + byte count). Held only for lookups/inserts, never during I/O or
- *    decompression.
- *  - sqz_file.lock (rwlock): protects the file's dirty-block map and its
- *    logical length. Reads take it shared, writes/truncate/flush exclusive.
- *  - the container's own rwlock serialises commits against block reads.
- *  - stats are atomics.
- * Lock order: sqz_file.lock -> container lock -> cache_lock.
- * Internal locks (engine_int.h, pool.h, cache.h): the engine's files_lock
- * (open-file set, flusher flags) is never held while another lock is
- * acquired; the per-file read-ahead mutex nests inside sqz_file.lock; the
- * pool mutex and cache_lock are leaves. Commits (sqz_ctr_commit, and the
- * synchronous prepare of flush/truncate/close) run with sqz_file.lock held
- * exclusive. Blocks a write fills to their end are handed to the pool as
- * an in-flight batch (immutable buffers; a later write makes a new dirty
+ * Locks (sqz_file.lock, ra_mu, ld_mu, the engine's files_lock, the cache
+ * and pool mutexes, and the container's lock below them): what each
+ * protects, their ranks and order are in docs/LOCKING.md; statistics are
+ * atomics.
+ *
+ * Writes: blocks a write fills to their end are handed to the pool as an
+ * in-flight batch (immutable buffers; a later write makes a new dirty
  * copy) and compressed without any lock held; finished batches are
  * committed in order by the next writer / flush / flusher (under
  * sqz_file.lock exclusive, so one committer per file). Dirty + in-flight
@@ -37,20 +28,27 @@
 /* cache_bytes value meaning "no cache" (0 selects the default). */
 #define SQZ_ENGINE_CACHE_OFF ((size_t)-1)
 
+/* The defaults of sqz_engine_opts (a 0 field selects them); the mount
+ * daemon (src/fuse) uses these too, so they are defined only here. */
+#define SQZ_ENGINE_CACHE_DEFAULT ((size_t)256 << 20)      /* 256 MiB */
+#define SQZ_ENGINE_DIRTY_FILE_DEFAULT ((size_t)8 << 20)   /* 8 MiB */
+#define SQZ_ENGINE_DIRTY_MAX_DEFAULT ((size_t)256 << 20)  /* 256 MiB */
+#define SQZ_ENGINE_EXPIRE_MS_DEFAULT 2000
+#define SQZ_ENGINE_READAHEAD_DEFAULT 4                    /* blocks */
+
 typedef struct sqz_engine_opts {
     int threads;             /* compression workers; 0 = number of cores */
-    size_t cache_bytes;      /* decompressed block cache; 0 = default
-                                256 MiB; SQZ_ENGINE_CACHE_OFF = none */
+    size_t cache_bytes;      /* decompressed block cache; 0 = default;
+                                SQZ_ENGINE_CACHE_OFF = none */
     size_t dirty_bytes_file; /* per file: dirty data above this is committed
-                                (default 8 MiB) */
+                                (0 = default) */
     size_t dirty_bytes_max;  /* all files: above this a writer commits
                                 its own dirty data before returning and
-                                the flusher drains the others
-                                (default 256 MiB) */
+                                the flusher drains the others (0 = default) */
     int dirty_expire_ms;     /* dirty data older than this is committed by a
-                                background thread (default 2000) */
+                                background thread (0 = default) */
     int readahead_blocks;    /* blocks decompressed ahead of a sequential
-                                reader (0 = default 4; negative = off) */
+                                reader (0 = default; negative = off) */
 } sqz_engine_opts;
 
 /* Counters since start (squeezefs stats). */

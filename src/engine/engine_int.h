@@ -1,24 +1,10 @@
 /* Engine internals shared by engine.c (engine object, open-file set,
- * background flusher) and file.c (per-file I/O). Not for other layers.
+ * background flusher) and file*.c (per-file I/O). Not for other layers.
  *
- * Locks (complements the list in engine.h):
- *  - sqz_engine.files_lock (mutex): the open-file set (links, refs)
- *    and the flusher's stop/pressure flags. Never held while any other
- *    lock is acquired (a writer may take it inside its file lock to raise
- *    the pressure flag); a user of a file taken from the set holds a
- *    reference (link.refs) instead, and sqz_file_close waits until those
- *    references are gone.
- *  - sqz_file.ra_mu (mutex): the file's read-ahead state; taken after
- *    sqz_file.lock (shared), before the pool mutex.
- *  - sqz_file.ld_mu (mutex) + ld_cv: the set of blocks being decompressed
- *    (single flight). A leaf: held only to scan/update the set, never
- *    during decompression. Threads wait on ld_cv only while holding
- *    file.lock shared, for a loader that also holds it shared and waits
- *    for nothing but pool jobs, which never block: no cycle.
- *  - the pool mutex (pool.h) and the cache mutex (cache.h) are leaves.
- * Full order: file.lock -> ra_mu -> container lock -> cache_lock / pool.mu,
- * and file.lock -> files_lock. Read-ahead jobs on the pool only try-lock
- * file.lock (a committer holding it may be waiting for the pool).
+ * Locks: sqz_engine.files_lock (the open-file set and the flusher's
+ * flags; a user of a file taken from the set holds a reference, link.refs,
+ * and sqz_file_close waits until those are gone) and the file's locks in
+ * file_int.h. Ranks, order and rules: docs/LOCKING.md.
  */
 #ifndef SQUEEZEFS_ENGINE_INT_H
 #define SQUEEZEFS_ENGINE_INT_H
@@ -27,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/lockorder.h"
 #include "engine/cache.h"
 #include "engine/engine.h"
 #include "engine/pool.h"
@@ -45,11 +32,22 @@ typedef struct sqz_stats_live {
     sqz_counter cache_hits, cache_misses;
 } sqz_stats_live;
 
-/* Membership of a file in its engine's open set (files_lock). */
+/* Membership of a file in its engine's open set. The file layer
+ * registers its write-back callback here, so the flusher (engine.c) never
+ * calls into file code by name. */
 typedef struct sqz_file_link {
+    /* files_lock: */
     struct sqz_file_link *prev, *next;
-    sqz_file *file;
     unsigned refs;   /* flusher / flush_all users of this file */
+    /* const after sqz_engine_attach: */
+    sqz_file *file;
+    /* Commit the file if it became dirty at or before cutoff_ms
+     * (UINT64_MAX = whenever dirty). 0 or negative errno (the data then
+     * stays dirty). Called without files_lock, with a reference held. */
+    int (*writeback)(sqz_file *f, uint64_t cutoff_ms);
+    /* Monotonic ms when the file became dirty, 0 if clean: written by the
+     * file under its lock, read lock-free by the flusher. */
+    sqz_counter dirty_since;
 } sqz_file_link;
 
 struct sqz_engine {
@@ -79,18 +77,11 @@ struct sqz_engine {
 /* Monotonic clock in ms (never 0). */
 uint64_t sqz_engine_now_ms(void);
 
-/* engine.c: open-file set. */
+/* engine.c: open-file set. l->file and l->writeback must be set. */
 void sqz_engine_attach(sqz_engine *e, sqz_file_link *l);
 /* Remove from the set and wait until no flusher/flush_all uses it. */
 void sqz_engine_detach(sqz_engine *e, sqz_file_link *l);
 /* Ask the flusher to commit other files now (total dirty above max). */
 void sqz_engine_pressure(sqz_engine *e);
-
-/* file.c, for the flusher: */
-/* Monotonic ms when the file became dirty, 0 if clean (lock-free). */
-uint64_t sqz_file_dirty_since(sqz_file *f);
-/* Commit if the file became dirty at or before cutoff_ms (UINT64_MAX =
- * whenever dirty). 0 or negative errno (the data then stays dirty). */
-int sqz_file_writeback(sqz_file *f, uint64_t cutoff_ms);
 
 #endif

@@ -1,5 +1,6 @@
 /* Worker thread pool: a FIFO of job batches (see pool.h). */
 #include "engine/pool.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -57,7 +58,7 @@ static void finish(sqz_pool *p, sqz_batch *b)
 static void *worker(void *arg)
 {
     sqz_pool *p = arg;
-    pthread_mutex_lock(&p->mu);
+    SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_POOL);
     for (;;) {
         while (!p->head && !p->stopping)
             pthread_cond_wait(&p->work_cv, &p->mu);
@@ -65,12 +66,12 @@ static void *worker(void *arg)
             break; /* stopping and drained */
         sqz_batch *b = p->head;
         size_t i = claim(p, b);
-        pthread_mutex_unlock(&p->mu);
+        SQZ_MUTEX_UNLOCK(&p->mu);
         b->jobs[i].fn(b->jobs[i].arg);
-        pthread_mutex_lock(&p->mu);
+        SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_POOL);
         finish(p, b);
     }
-    pthread_mutex_unlock(&p->mu);
+    SQZ_MUTEX_UNLOCK(&p->mu);
     return NULL;
 }
 
@@ -86,7 +87,7 @@ int sqz_pool_new(int nthreads, sqz_pool **out)
         free(p);
         return -ENOMEM;
     }
-    int rc = pthread_mutex_init(&p->mu, NULL);
+    int rc = sqz_mutex_init(&p->mu);
     if (rc) {
         free(p->threads);
         free(p);
@@ -122,10 +123,10 @@ void sqz_pool_free(sqz_pool *p)
 {
     if (!p)
         return;
-    pthread_mutex_lock(&p->mu);
+    SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_POOL);
     p->stopping = 1;
     pthread_cond_broadcast(&p->work_cv);
-    pthread_mutex_unlock(&p->mu);
+    SQZ_MUTEX_UNLOCK(&p->mu);
     for (int i = 0; i < p->nthreads; i++)
         pthread_join(p->threads[i], NULL);
     pthread_cond_destroy(&p->done_cv);
@@ -152,7 +153,7 @@ void sqz_batch_init(sqz_batch *b, sqz_job *jobs, size_t n)
 
 void sqz_pool_submit(sqz_pool *p, sqz_batch *b)
 {
-    pthread_mutex_lock(&p->mu);
+    SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_POOL);
     b->next = 0;
     b->done = 0;
     b->qnext = NULL;
@@ -168,39 +169,39 @@ void sqz_pool_submit(sqz_pool *p, sqz_batch *b)
         else
             pthread_cond_broadcast(&p->work_cv);
     }
-    pthread_mutex_unlock(&p->mu);
+    SQZ_MUTEX_UNLOCK(&p->mu);
 }
 
 void sqz_pool_wait(sqz_pool *p, sqz_batch *b)
 {
-    pthread_mutex_lock(&p->mu);
+    SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_POOL);
     for (;;) {
         size_t i = claim(p, b);
         if (i >= b->n)
             break;
-        pthread_mutex_unlock(&p->mu);
+        SQZ_MUTEX_UNLOCK(&p->mu);
         b->jobs[i].fn(b->jobs[i].arg);
-        pthread_mutex_lock(&p->mu);
+        SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_POOL);
         finish(p, b);
     }
     while (b->done < b->n)
         pthread_cond_wait(&p->done_cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    SQZ_MUTEX_UNLOCK(&p->mu);
 }
 
 void sqz_pool_wait_done(sqz_pool *p, sqz_batch *b)
 {
-    pthread_mutex_lock(&p->mu);
+    SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_POOL);
     while (b->done < b->n)
         pthread_cond_wait(&p->done_cv, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    SQZ_MUTEX_UNLOCK(&p->mu);
 }
 
 int sqz_pool_done(sqz_pool *p, sqz_batch *b)
 {
-    pthread_mutex_lock(&p->mu);
+    SQZ_MUTEX_LOCK(&p->mu, SQZ_RANK_POOL);
     int done = b->done >= b->n;
-    pthread_mutex_unlock(&p->mu);
+    SQZ_MUTEX_UNLOCK(&p->mu);
     return done;
 }
 
@@ -208,4 +209,15 @@ void sqz_pool_run(sqz_pool *p, sqz_batch *b)
 {
     sqz_pool_submit(p, b);
     sqz_pool_wait(p, b);
+}
+
+void sqz_pool_run_jobs(sqz_pool *p, sqz_job *jobs, size_t n)
+{
+    if (n == 1) {
+        jobs[0].fn(jobs[0].arg);
+    } else if (n > 1) {
+        sqz_batch batch;
+        sqz_batch_init(&batch, jobs, n);
+        sqz_pool_run(p, &batch);
+    }
 }

@@ -12,9 +12,9 @@
  * read-ahead); its owner must still call sqz_pool_wait() (or see
  * sqz_pool_done() return 1) before freeing or re-submitting it.
  *
- * Locking: sqz_pool.mu (mutex) protects the queue and every queued batch's
- * next/done counters. It is a leaf lock: jobs run without it, and no other
- * lock is taken while it is held. Jobs may take other locks.
+ * Locking: sqz_pool.mu protects the queue and every queued batch's
+ * next/done counters; jobs run without it and may take other locks (a
+ * leaf: docs/LOCKING.md).
  */
 #ifndef SQUEEZEFS_ENGINE_POOL_H
 #define SQUEEZEFS_ENGINE_POOL_H
@@ -56,13 +56,16 @@ void sqz_pool_wait(sqz_pool *p, sqz_batch *b);
 /* Wait until every job of a submitted batch has finished without running
  * any of them here: the caller stays off the CPU, so the pool's thread
  * count bounds the CPU that background work of a blocked writer uses
- * (threads=N). Workers never block on the caller's locks (see file.c), so
- * this always returns. */
+ * (threads=N). Workers never block on the caller's locks (read-ahead jobs
+ * only try the file lock: file_read.c), so this always returns. */
 void sqz_pool_wait_done(sqz_pool *p, sqz_batch *b);
 /* 1 if every job of a submitted batch has finished, else 0 (a batch
  * initialised with n == 0 counts as finished). Does not block. */
 int sqz_pool_done(sqz_pool *p, sqz_batch *b);
 /* Convenience: submit and wait. */
 void sqz_pool_run(sqz_pool *p, sqz_batch *b);
+/* Run the n jobs of the array and return when all are done: a single job
+ * in this thread, more as a batch on the pool (sqz_pool_run). */
+void sqz_pool_run_jobs(sqz_pool *p, sqz_job *jobs, size_t n);
 
 #endif

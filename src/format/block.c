@@ -5,9 +5,11 @@
 #include <stdlib.h>
 
 #include "format/format_int.h"
+#include "common/errbuf.h"
+#include "common/lockorder.h"
 
 int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
-                   const char **why)
+                   char *err, size_t errlen)
 {
     uint64_t at = e->off + SQZ_DATA_SKIP;
     void *src = buf;
@@ -20,20 +22,20 @@ int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
     ssize_t got = c->io.pread(c->io.ctx, c->fd, src, e->len, at);
     if (got < 0) {
         r = (int)got;
-        *why = "read error";
+        sqz_errf(err, errlen, "read error");
     } else if ((size_t)got != e->len) {
         r = -EIO;
-        *why = "stored bytes lie outside the file";
+        sqz_errf(err, errlen, "stored bytes lie outside the file");
     } else if (sqz_checksum(src, e->len) != e->crc) {
         r = -EIO;
-        *why = "checksum mismatch";
+        sqz_errf(err, errlen, "checksum mismatch");
     } else if (e->kind == SQZ_KIND_COMP) {
         ssize_t d = sqz_decompress(c->hdr.params.alg, src, e->len, buf, c->bs);
         if (d == -ENOMEM) {
             r = -ENOMEM;
         } else if (d != (ssize_t)c->bs) {
             r = -EIO;
-            *why = "decompression failed";
+            sqz_errf(err, errlen, "decompression failed");
         }
     }
     if (src != buf)
@@ -44,6 +46,7 @@ int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
 ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,
                                   size_t *stored_len)
 {
+    SQZ_ASSERT_HELD(&c->lock);
     uint64_t len = c->st.length;
     int log2bs = c->hdr.params.log2bs;
     if (stored_len)
@@ -59,12 +62,12 @@ ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,
         memset(buf, 0, c->bs);
         return (ssize_t)valid;
     }
-    const char *why = "I/O error";
-    int r = sqz_block_load(c, e, buf, &why);
+    char why[64] = "";
+    int r = sqz_block_load(c, e, buf, why, sizeof why);
     if (r < 0) {
         if (r != -ENOMEM) {
-            sqz_logf(0, "%s: block %llu is damaged (%s at offset %llu)",
-                     c->label, (unsigned long long)idx, why,
+            sqz_logf(SQZ_LOG_ERR, "%s: block %llu is damaged (%s at offset %llu)",
+                     c->label, (unsigned long long)idx, why[0] ? why : "I/O error",
                      (unsigned long long)e->off);
             r = -EIO;
         }
@@ -79,9 +82,9 @@ ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,
 ssize_t sqz_ctr_read_block(sqz_ctr *c, uint64_t idx, void *buf,
                            size_t *stored_len)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     ssize_t r = sqz_ctr_read_block_locked(c, idx, buf, stored_len);
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 
@@ -290,6 +293,7 @@ static int commit_write(sqz_ctr *c, const sqz_prepared *blocks, size_t n,
 int sqz_ctr_commit_locked(sqz_ctr *c, sqz_prepared *blocks, size_t n,
                           uint64_t new_length)
 {
+    SQZ_ASSERT_EXCL(&c->lock);
     if (!c->writable)
         return -EROFS;
     if (c->broken)
@@ -316,9 +320,9 @@ int sqz_ctr_commit_locked(sqz_ctr *c, sqz_prepared *blocks, size_t n,
 int sqz_ctr_commit(sqz_ctr *c, sqz_prepared *blocks, size_t n,
                    uint64_t new_length)
 {
-    pthread_rwlock_wrlock(&c->lock);
+    SQZ_WRLOCK(&c->lock, SQZ_RANK_CTR);
     int r = sqz_ctr_commit_locked(c, blocks, n, new_length);
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 

@@ -5,13 +5,14 @@
 #include <stdlib.h>
 
 #include "format/format_int.h"
+#include "common/lockorder.h"
 
 ssize_t sqz_ctr_pread(sqz_ctr *c, void *buf, size_t n, uint64_t off)
 {
     unsigned char *tmp = malloc(c->bs);
     if (!tmp)
         return -ENOMEM;
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t len = c->st.length;
     ssize_t r = 0;
     if (off < len) {
@@ -36,7 +37,7 @@ ssize_t sqz_ctr_pread(sqz_ctr *c, void *buf, size_t n, uint64_t off)
         if (r == 0)
             r = (ssize_t)n;
     }
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     free(tmp);
     return r;
 }
@@ -58,7 +59,7 @@ ssize_t sqz_ctr_pwrite(sqz_ctr *c, const void *buf, size_t n, uint64_t off)
         free(tmp);
         return -ENOMEM;
     }
-    pthread_rwlock_wrlock(&c->lock);
+    SQZ_WRLOCK(&c->lock, SQZ_RANK_CTR);
     ssize_t r = c->writable ? 0 : -EROFS;
     const unsigned char *src = buf;
     for (size_t i = 0; i < count && r == 0; i++) {
@@ -84,7 +85,7 @@ ssize_t sqz_ctr_pwrite(sqz_ctr *c, const void *buf, size_t n, uint64_t off)
         uint64_t new_len = off + n > c->st.length ? off + n : c->st.length;
         r = sqz_ctr_commit_locked(c, pb, count, new_len);
     }
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     for (size_t i = 0; i < count; i++)
         sqz_prepared_free(&pb[i]);
     free(pb);
@@ -94,8 +95,8 @@ ssize_t sqz_ctr_pwrite(sqz_ctr *c, const void *buf, size_t n, uint64_t off)
 
 int sqz_ctr_truncate(sqz_ctr *c, uint64_t length)
 {
-    pthread_rwlock_wrlock(&c->lock);
+    SQZ_WRLOCK(&c->lock, SQZ_RANK_CTR);
     int r = sqz_ctr_commit_locked(c, NULL, 0, length);
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "format/format_int.h"
+#include "common/lockorder.h"
 
 #define SQZ_CKPT_MIN_BYTES (4u << 20)
 
@@ -59,7 +60,7 @@ static void reclaim(sqz_ctr *c, uint64_t limit)
     if (c->st.ix.stored_blocks) {
         cl.v = malloc(c->st.ix.stored_blocks * sizeof *cl.v);
         if (!cl.v) {
-            sqz_logf(1, "%s: out of memory while reclaiming space", c->label);
+            sqz_logf(SQZ_LOG_WARN, "%s: out of memory while reclaiming space", c->label);
             return;
         }
         sqz_index_each(&c->st.ix, collect_live, &cl);
@@ -80,10 +81,10 @@ static void reclaim(sqz_ctr *c, uint64_t limit)
     free(cl.v);
     if (r == -EOPNOTSUPP) {
         c->punch_unsupported = 1;
-        sqz_logf(2, "%s: the file system cannot punch holes; dead space "
+        sqz_logf(SQZ_LOG_INFO, "%s: the file system cannot punch holes; dead space "
                     "is not reclaimed", c->label);
     } else if (r < 0) {
-        sqz_logf(1, "%s: reclaiming dead space failed (error %d)", c->label, -r);
+        sqz_logf(SQZ_LOG_WARN, "%s: reclaiming dead space failed (error %d)", c->label, -r);
     } else {
         c->st.dead_bytes = 0;
     }
@@ -112,6 +113,7 @@ static int write_anchor(sqz_ctr *c, uint64_t seq, uint64_t durable_end)
 
 int sqz_ctr_checkpoint_locked(sqz_ctr *c)
 {
+    SQZ_ASSERT_EXCL(&c->lock);
     if (!c->writable)
         return -EROFS;
     if (c->broken)
@@ -165,9 +167,9 @@ int sqz_ctr_checkpoint_locked(sqz_ctr *c)
 
 int sqz_ctr_checkpoint(sqz_ctr *c)
 {
-    pthread_rwlock_wrlock(&c->lock);
+    SQZ_WRLOCK(&c->lock, SQZ_RANK_CTR);
     int r = sqz_ctr_checkpoint_locked(c);
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 
@@ -183,7 +185,7 @@ static int mark_durable(sqz_ctr *c)
         return 0;
     int r = write_anchor(c, c->st.anchor_seq + 1, c->end);
     if (r < 0) {
-        sqz_logf(1, "%s: cannot write the durable mark (error %d)", c->label,
+        sqz_logf(SQZ_LOG_WARN, "%s: cannot write the durable mark (error %d)", c->label,
                  -r);
         return r;
     }
@@ -194,7 +196,7 @@ static int mark_durable(sqz_ctr *c)
 
 int sqz_ctr_sync(sqz_ctr *c, int datasync)
 {
-    pthread_rwlock_wrlock(&c->lock);
+    SQZ_WRLOCK(&c->lock, SQZ_RANK_CTR);
     int r;
     if (!c->writable)
         r = 0;
@@ -209,22 +211,22 @@ int sqz_ctr_sync(sqz_ctr *c, int datasync)
         if (r == 0)
             r = mark_durable(c);
     }
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 
 int sqz_ctr_unmarked(sqz_ctr *c)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     int u = c->writable && !c->broken && c->end != c->marked_end;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return u;
 }
 
 int sqz_ctr_mark_begin(sqz_ctr *c, sqz_mark_ticket *t)
 {
     memset(t, 0, sizeof *t);
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     int r = 0;
     if (c->broken)
         r = -EIO;
@@ -233,7 +235,7 @@ int sqz_ctr_mark_begin(sqz_ctr *c, sqz_mark_ticket *t)
         t->seq = c->st.anchor_seq;
         r = 1;
     }
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 
@@ -241,7 +243,7 @@ int sqz_ctr_mark_end(sqz_ctr *c, const sqz_mark_ticket *t)
 {
     if (t->end == 0)
         return 0;
-    pthread_rwlock_wrlock(&c->lock);
+    SQZ_WRLOCK(&c->lock, SQZ_RANK_CTR);
     int r = 0;
     /* Only for the state the ticket saw: another anchor written since (a
      * sync or checkpoint of a new user) was not covered by the caller's
@@ -251,7 +253,7 @@ int sqz_ctr_mark_end(sqz_ctr *c, const sqz_mark_ticket *t)
     else if (c->st.anchor_seq == t->seq && c->end == t->end &&
              c->marked_end != t->end)
         r = mark_durable(c);
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 

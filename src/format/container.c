@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include "format/format_int.h"
+#include "common/errbuf.h"
+#include "common/lockorder.h"
 
 static int new_file_id(uint64_t *id)
 {
@@ -29,12 +31,10 @@ static int new_file_id(uint64_t *id)
 
 int sqz_ctr_open_internal(int fd, int flags, const char *label,
                           const sqz_io *io, int own_fd, sqz_ctr **out,
-                          const char **why)
+                          char *err, size_t errlen)
 {
-    const char *dummy;
-    if (!why)
-        why = &dummy;
-    *why = NULL;
+    if (err && errlen)
+        err[0] = '\0';
     *out = NULL;
     int r;
     if (flags != SQZ_OPEN_RDONLY && flags != SQZ_OPEN_RDWR) {
@@ -63,18 +63,19 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         r = (int)got;
         goto fail_c;
     }
-    r = sqz_header_decode(hb, (size_t)got, &c->hdr, why);
+    r = sqz_header_decode(hb, (size_t)got, &c->hdr, err, errlen);
     if (r < 0) {
         r = -EBADMSG;
         goto fail_c;
     }
     if (fsize < SQZ_HDR_REGION) {
-        *why = "header region truncated";
+        sqz_errf(err, errlen, "header region truncated");
         r = -EBADMSG;
         goto fail_c;
     }
     c->bs = (size_t)1 << c->hdr.params.log2bs;
-    if ((r = sqz_replay(io, fd, &c->hdr, fsize, c->label, &c->st, why)) < 0)
+    if ((r = sqz_replay(io, fd, &c->hdr, fsize, c->label, &c->st, err,
+                        errlen)) < 0)
         goto fail_c;
     /* valid_end >= durable_end: only a tail after the synced log is cut */
     c->end = c->st.valid_end;
@@ -83,11 +84,11 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
     c->file_size = fsize;
     if (c->writable && fsize > c->end) {
         c->file_size = c->end;
-        sqz_logf(1, "%s: discarding %llu bytes of torn/uncommitted tail",
+        sqz_logf(SQZ_LOG_WARN, "%s: discarding %llu bytes of torn/uncommitted tail",
                  c->label, (unsigned long long)(fsize - c->end));
         if ((r = io->truncate(io->ctx, fd, c->end)) < 0 ||
             (r = io->sync(io->ctx, fd, 1)) < 0) {
-            *why = "cannot truncate the torn tail";
+            sqz_errf(err, errlen, "cannot truncate the torn tail");
             goto fail_st;
         }
     }
@@ -109,10 +110,11 @@ fail_fd:
 int sqz_ctr_open_fd_io(int fd, int flags, const char *label, const sqz_io *io,
                        sqz_ctr **out)
 {
-    const char *why = NULL;
-    int r = sqz_ctr_open_internal(fd, flags, label, io, 1, out, &why);
-    if (r < 0 && why)
-        sqz_logf(0, "%s: %s", label ? label : "(container)", why);
+    char why[128] = "";
+    int r = sqz_ctr_open_internal(fd, flags, label, io, 1, out, why,
+                                  sizeof why);
+    if (r < 0 && why[0])
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", why);
     return r;
 }
 
@@ -128,7 +130,7 @@ int sqz_ctr_create_fd_io(int fd, const sqz_params *p, const char *label,
     *out = NULL;
     int r = sqz_params_check(p, err, sizeof err);
     if (r < 0) {
-        sqz_logf(0, "%s: %s", label ? label : "(container)", err);
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", err);
         close(fd);
         return r;
     }
@@ -193,8 +195,7 @@ int sqz_ctr_probe_fd(int fd)
     if (got < 0)
         return (int)got;
     sqz_header h;
-    const char *why;
-    if (sqz_header_decode(hb, (size_t)got, &h, &why) == 0)
+    if (sqz_header_decode(hb, (size_t)got, &h, NULL, 0) == 0)
         return 1;
     if ((size_t)got >= sizeof sqz_hdr_magic &&
         memcmp(hb, sqz_hdr_magic, sizeof sqz_hdr_magic) == 0)
@@ -234,9 +235,9 @@ const sqz_params *sqz_ctr_params(const sqz_ctr *c)
 
 uint64_t sqz_ctr_length(sqz_ctr *c)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t len = c->st.length;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return len;
 }
 
@@ -252,16 +253,16 @@ size_t sqz_ctr_block_size(const sqz_ctr *c)
 
 uint64_t sqz_ctr_nblocks(sqz_ctr *c)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t n = (c->st.length + c->bs - 1) >> c->hdr.params.log2bs;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return n;
 }
 
 int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st)
 {
     memset(st, 0, sizeof *st);
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     int r = c->io.size(c->io.ctx, c->fd, &st->backing_size, &st->backing_alloc);
     st->params = c->hdr.params;
     st->length = c->st.length;
@@ -271,7 +272,7 @@ int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st)
     st->hole_blocks = st->blocks - st->stored_blocks;
     st->compressed_bytes = c->st.ix.stored_bytes;
     st->dead_bytes = c->st.dead_bytes;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return r;
 }
 

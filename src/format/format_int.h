@@ -88,9 +88,10 @@ typedef struct sqz_header {
 
 void sqz_header_encode(const sqz_header *h, uint8_t out[SQZ_HDR_SIZE]);
 /* 0, -ENOENT (magic wrong: not a container), -EBADMSG (damaged),
- * -EPROTONOSUPPORT (other format version); why receives a short reason. */
+ * -EPROTONOSUPPORT (other format version); a short reason goes to
+ * (err, errlen) (common/errbuf.h). */
 int sqz_header_decode(const uint8_t *in, size_t n, sqz_header *h,
-                      const char **why);
+                      char *err, size_t errlen);
 
 typedef struct sqz_anchor {
     uint64_t seq;         /* 0 = unused slot */
@@ -197,7 +198,7 @@ int sqz_ckpt_build(const sqz_index *ix, uint64_t file_id, uint64_t txn,
 int sqz_ckpt_parse(const uint8_t *payload, uint32_t plen, uint64_t rec_off,
                    int log2bs, sqz_index *ix, uint64_t *length);
 
-/* ---- replay.c ---- */
+/* ---- replay*.c (replay_int.h) ---- */
 #define SQZ_DAMAGE_MAX 8
 typedef struct sqz_damage {
     uint64_t off, len;        /* bytes of the synced log that were skipped */
@@ -230,10 +231,10 @@ typedef struct sqz_state {
 
 /* Load the state of the container: anchors, checkpoint, replay. file_size
  * is the backing file's size; label names the file in log lines. 0,
- * -EBADMSG (why set), -ENOMEM, I/O errors. */
+ * -EBADMSG (reason in err), -ENOMEM, I/O errors. */
 int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
                uint64_t file_size, const char *label, sqz_state *st,
-               const char **why);
+               char *err, size_t errlen);
 
 /* Load and drop the checkpoint anchor a points to: 0 valid, -EBADMSG,
  * -ENOMEM or an I/O error. */
@@ -267,15 +268,15 @@ int sqz_ctr_commit_locked(sqz_ctr *c, sqz_prepared *blocks, size_t n,
                           uint64_t new_length);
 int sqz_ctr_checkpoint_locked(sqz_ctr *c);
 /* Read and check the stored bytes of entry e into a block-sized buf
- * (decompressed). 0, -EIO with *why set (damaged or outside the file),
- * -ENOMEM or another I/O error. */
+ * (decompressed). 0, -EIO with the reason in err (damaged or outside the
+ * file), -ENOMEM or another I/O error. */
 int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
-                   const char **why);
-/* Open with an explicit I/O; on failure *why (if not NULL) receives the
- * reason; never takes ownership of fd when own_fd == 0. */
+                   char *err, size_t errlen);
+/* Open with an explicit I/O; on failure err receives the reason (empty if
+ * none); never takes ownership of fd when own_fd == 0. */
 int sqz_ctr_open_internal(int fd, int flags, const char *label,
                           const sqz_io *io, int own_fd, sqz_ctr **out,
-                          const char **why);
+                          char *err, size_t errlen);
 /* The sync threshold: bytes appended since the last checkpoint that make
  * sqz_ctr_sync write one. */
 uint64_t sqz_ckpt_threshold(const sqz_ctr *c);

@@ -3,6 +3,7 @@
 #include <errno.h>
 
 #include "format/format_int.h"
+#include "common/errbuf.h"
 
 const unsigned char sqz_hdr_magic[8] = {'S', 'Q', 'Z', 'F', 'S', 0, 1, 0x1a};
 
@@ -30,19 +31,19 @@ void sqz_header_encode(const sqz_header *h, uint8_t out[SQZ_HDR_SIZE])
 }
 
 int sqz_header_decode(const uint8_t *in, size_t n, sqz_header *h,
-                      const char **why)
+                      char *err, size_t errlen)
 {
     if (n < SQZ_HDR_SIZE || memcmp(in, sqz_hdr_magic, 8) != 0) {
-        *why = "not a squeezefs container";
+        sqz_errf(err, errlen, "not a squeezefs container");
         return -ENOENT;
     }
     if (sqz_get32(in + 60) != sqz_checksum(in, 60)) {
-        *why = "header damaged (checksum mismatch)";
+        sqz_errf(err, errlen, "header damaged (checksum mismatch)");
         return -EBADMSG;
     }
     h->version = sqz_get32(in + 8);
     if (h->version != SQZ_FMT_VERSION) {
-        *why = "unsupported container format version";
+        sqz_errf(err, errlen, "unsupported container format version");
         return -EPROTONOSUPPORT;
     }
     memset(&h->params, 0, sizeof h->params);
@@ -56,7 +57,7 @@ int sqz_header_decode(const uint8_t *in, size_t n, sqz_header *h,
     h->file_id = sqz_get64(in + 40);
     if (sqz_get32(in + 12) != SQZ_HDR_SIZE || h->flags != 0 ||
         h->create_length != 0 || sqz_params_check(&h->params, NULL, 0) < 0) {
-        *why = "header damaged (invalid field)";
+        sqz_errf(err, errlen, "header damaged (invalid field)");
         return -EBADMSG;
     }
     return 0;

@@ -26,7 +26,9 @@ void sqz_logf(int level, const char *fmt, ...)
         log_fn(log_user, level, msg);
         return;
     }
-    static const char *names[] = {"error", "warning", "info"};
-    const char *name = level >= 0 && level <= 2 ? names[level] : "log";
+    const char *name = level == SQZ_LOG_ERR    ? "error"
+                       : level == SQZ_LOG_WARN ? "warning"
+                       : level == SQZ_LOG_INFO ? "info"
+                                               : "log";
     fprintf(stderr, "squeezefs: %s: %s\n", name, msg);
 }

@@ -1,55 +1,16 @@
-/* Loading a container's state at open: pick the newest valid anchor, load
- * and verify its checkpoint (falling back to the other slot), then replay
- * the log records after it with large buffered reads. Before the anchors'
+/* Loading a container's state at open: after the checkpoint of the newest
+ * valid anchor (replay_anchor.c), replay the log records after it with
+ * large buffered reads (replay_scan.c). Before the anchors'
  * durable mark an invalid record is damage: it is logged and skipped (the
  * scan resynchronises on the next valid record) and replay goes on; after
  * the mark, the first record that is invalid, truncated or out of sequence
  * ends the log (a torn or uncommitted tail). */
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 
-#include "format/format_int.h"
-
-typedef struct scanner {
-    const sqz_io *io;
-    int fd;
-    uint64_t fsize;
-    uint8_t *buf;
-    size_t cap;
-    uint64_t boff;
-    size_t blen;
-} scanner;
-
-/* Make [off, off+n) available (caller guarantees off+n <= fsize); the
- * buffer never exceeds max(n, SQZ_SCAN_CHUNK), so it is bounded by the
- * file size. */
-static int scan_get(scanner *s, uint64_t off, uint64_t n, const uint8_t **p)
-{
-    if (off >= s->boff && off + n <= s->boff + s->blen) {
-        *p = s->buf + (off - s->boff);
-        return 0;
-    }
-    uint64_t want = n > SQZ_SCAN_CHUNK ? n : SQZ_SCAN_CHUNK;
-    if (want > s->fsize - off)
-        want = s->fsize - off;
-    if (want > s->cap) {
-        uint8_t *nb = realloc(s->buf, want);
-        if (!nb)
-            return -ENOMEM;
-        s->buf = nb;
-        s->cap = want;
-    }
-    s->blen = 0;
-    ssize_t r = s->io->pread(s->io->ctx, s->fd, s->buf, want, off);
-    if (r < 0)
-        return (int)r;
-    s->boff = off;
-    s->blen = (size_t)r;
-    if ((uint64_t)r < n)
-        return -EBADMSG; /* file shrank under us */
-    *p = s->buf;
-    return 0;
-}
+#include "format/replay_int.h"
+#include "common/errbuf.h"
 
 /* a valid DATA record waiting for its COMMIT */
 typedef struct pend {
@@ -183,7 +144,7 @@ static int apply_lost(sqz_state *st, pending *pd, size_t n, const char *label)
             return r;
         st->dead_bytes += replaced;
     }
-    sqz_logf(0, "%s: the commit record of transaction(s) %llu..%llu is "
+    sqz_logf(SQZ_LOG_ERR, "%s: the commit record of transaction(s) %llu..%llu is "
                 "damaged; %zu intact block(s) of them recovered, their length "
                 "changes and holes are lost", label,
              (unsigned long long)pd->v[0].txn,
@@ -308,7 +269,7 @@ static int apply_commit_damaged(sqz_state *st, const sqz_header *h,
     if (r < 0)
         return r;
     if (seq > st->txn + 1)
-        sqz_logf(0, "%s: transaction(s) %llu..%llu are lost in damaged log "
+        sqz_logf(SQZ_LOG_ERR, "%s: transaction(s) %llu..%llu are lost in damaged log "
                     "records (their blocks keep older contents)", label,
                  (unsigned long long)(st->txn + 1),
                  (unsigned long long)(seq - 1));
@@ -316,178 +277,6 @@ static int apply_commit_damaged(sqz_state *st, const sqz_header *h,
     st->txn = seq;
     pd->n = 0;
     return 1;
-}
-/* Load the checkpoint an anchor points to. 0, -EBADMSG, -ENOMEM, I/O. */
-static int load_anchor(const sqz_io *io, int fd, const sqz_header *h,
-                       uint64_t fsize, const sqz_anchor *a, sqz_state *st)
-{
-    if (a->ckpt_off == 0) {
-        /* written by a sync before the first checkpoint: the log starts
-         * right after the header (nothing has been punched) */
-        st->anchor_seq = a->seq;
-        st->ckpt_end = SQZ_HDR_REGION;
-        return 0;
-    }
-    if (a->ckpt_off < SQZ_HDR_REGION || (a->ckpt_off & 7) ||
-        a->ckpt_off > fsize || a->ckpt_len > fsize - a->ckpt_off ||
-        a->ckpt_len < sqz_rec_size(SQZ_LIST_PREFIX) ||
-        a->ckpt_len > sqz_rec_size(UINT32_MAX))
-        return -EBADMSG;
-    uint8_t *rec = malloc(a->ckpt_len);
-    if (!rec)
-        return -ENOMEM;
-    int r;
-    ssize_t got = io->pread(io->ctx, fd, rec, a->ckpt_len, a->ckpt_off);
-    sqz_rec_hdr rh;
-    if (got < 0) {
-        r = (int)got;
-    } else if ((uint64_t)got != a->ckpt_len ||
-               sqz_rec_parse(rec, h->file_id, &rh) < 0 ||
-               rh.type != SQZ_REC_CHECKPOINT ||
-               sqz_rec_size(rh.plen) != a->ckpt_len ||
-               !sqz_rec_verify(rec, &rh)) {
-        r = -EBADMSG;
-    } else {
-        r = sqz_ckpt_parse(rec + SQZ_REC_HDR, rh.plen, a->ckpt_off,
-                           h->params.log2bs, &st->ix, &st->length);
-        if (r == 0) {
-            st->txn = rh.seq;
-            st->anchor_seq = a->seq;
-            st->ckpt_off = a->ckpt_off;
-            st->ckpt_end = a->ckpt_off + a->ckpt_len;
-        }
-    }
-    free(rec);
-    return r;
-}
-
-int sqz_anchor_check(const sqz_io *io, int fd, const sqz_header *h,
-                     uint64_t fsize, const sqz_anchor *a)
-{
-    sqz_state st;
-    memset(&st, 0, sizeof st);
-    int r = load_anchor(io, fd, h, fsize, a, &st);
-    sqz_index_free(&st.ix);
-    return r;
-}
-
-static int load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
-                           uint64_t fsize, sqz_state *st, const char **why)
-{
-    uint8_t slots[2][SQZ_ANCHOR_READ];
-    sqz_anchor a[2];
-    int valid[2], damaged = 0;
-    for (unsigned s = 0; s < 2; s++) {
-        ssize_t r = io->pread(io->ctx, fd, slots[s], SQZ_ANCHOR_READ,
-                              SQZ_ANCHOR_OFF(s));
-        if (r < 0)
-            return (int)r;
-        if ((size_t)r != SQZ_ANCHOR_READ) {
-            *why = "header region truncated";
-            return -EBADMSG;
-        }
-        int d = sqz_anchor_decode(slots[s], s, h->file_id, &a[s]);
-        valid[s] = d == 1;
-        damaged += d < 0;
-        /* a mark in a valid slot holds even if its checkpoint is damaged;
-         * marks only grow, so the larger one is the newest */
-        if (valid[s] && a[s].durable_end > st->durable_end) {
-            st->durable_end = a[s].durable_end;
-            uint64_t len, txn;
-            st->mark_known =
-                sqz_anchor_ext_decode(slots[s], &len, &txn) == 1;
-            st->mark_len = st->mark_known ? len : 0;
-            st->mark_txn = st->mark_known ? txn : 0;
-        }
-    }
-    unsigned order[2] = {0, 1};
-    if (valid[1] && (!valid[0] || a[1].seq > a[0].seq)) {
-        order[0] = 1;
-        order[1] = 0;
-    }
-    int tried = 0;
-    for (int i = 0; i < 2; i++) {
-        unsigned s = order[i];
-        if (!valid[s])
-            continue;
-        tried = 1;
-        int r = load_anchor(io, fd, h, fsize, &a[s], st);
-        if (r == 0)
-            return 0;
-        if (r != -EBADMSG)
-            return r;
-    }
-    if (tried) {
-        *why = "index damaged (no valid checkpoint)";
-        return -EBADMSG;
-    }
-    /* A crash tears at most the slot being written; the other one was made
-     * durable before. Both damaged is bit rot: the log may have been
-     * punched, so replaying it from the start could show a wrong state. */
-    if (damaged == 2) {
-        *why = "index damaged (both anchor slots)";
-        return -EBADMSG;
-    }
-    /* no anchor was ever written (or the first write was torn): nothing has
-     * been punched, the log starts right after the header */
-    st->ckpt_end = SQZ_HDR_REGION;
-    return 0;
-}
-
-/* Read the record at pos, which must end at or before limit: 1 valid (rec,
- * rh, total set), 0 invalid, <0 error. */
-static int read_record(scanner *sc, uint64_t pos, uint64_t limit,
-                       uint64_t file_id, sqz_rec_hdr *rh, const uint8_t **rec,
-                       uint64_t *total)
-{
-    if (pos > limit || limit - pos < SQZ_REC_HDR)
-        return 0;
-    int r = scan_get(sc, pos, SQZ_REC_HDR, rec);
-    if (r < 0)
-        return r;
-    if (sqz_rec_parse(*rec, file_id, rh) < 0)
-        return 0;
-    *total = sqz_rec_size(rh->plen);
-    if (*total > limit - pos)
-        return 0;
-    if ((r = scan_get(sc, pos, *total, rec)) < 0)
-        return r;
-    return sqz_rec_verify(*rec, rh);
-}
-
-/* After damage at pos (inside the durable part, which ends at durable):
- * the offset of the next valid record of this file before durable, or
- * durable if there is none. Records are 8-aligned, so every 8th offset is
- * tried; the scanner reads 1 MiB windows, and the bytes checksummed for
- * candidates (headers that parse but whose checksum may fail) come out of
- * *budget, so a large damaged region costs linear time. */
-static int resync(scanner *sc, uint64_t pos, uint64_t durable, uint64_t fid,
-                  uint64_t *budget, uint64_t *next)
-{
-    for (uint64_t q = pos + 8; q < durable && durable - q >= SQZ_REC_HDR;
-         q += 8) {
-        const uint8_t *rec;
-        sqz_rec_hdr rh;
-        int r = scan_get(sc, q, SQZ_REC_HDR, &rec);
-        if (r < 0)
-            return r;
-        if (sqz_rec_parse(rec, fid, &rh) < 0)
-            continue;
-        uint64_t total = sqz_rec_size(rh.plen);
-        if (total > durable - q)
-            continue;
-        if (total > *budget)
-            break;
-        *budget -= total;
-        if ((r = scan_get(sc, q, total, &rec)) < 0)
-            return r;
-        if (sqz_rec_verify(rec, &rh)) {
-            *next = q;
-            return 0;
-        }
-    }
-    *next = durable;
-    return 0;
 }
 
 static void note_damage(sqz_state *st, uint64_t off, uint64_t len)
@@ -530,12 +319,12 @@ static int leave_durable(sqz_state *st, pending *pd, uint64_t durable,
         st->txn = st->mark_txn;
         st->lost_commits++;
         st->valid_end = durable;
-        sqz_logf(0, "%s: the last synced commit is damaged; its blocks and "
+        sqz_logf(SQZ_LOG_ERR, "%s: the last synced commit is damaged; its blocks and "
                     "the length %llu recorded with the durable mark are used",
                  label, (unsigned long long)st->mark_len);
         return 0;
     }
-    sqz_logf(0, "%s: the last synced commit is damaged; the file's length "
+    sqz_logf(SQZ_LOG_ERR, "%s: the last synced commit is damaged; the file's length "
                 "is unknown", label);
     return 2;
 }
@@ -543,14 +332,14 @@ static int leave_durable(sqz_state *st, pending *pd, uint64_t durable,
 /* One replay. lenient_to > the durable mark: treat the log up to it like
  * the synced part (evidence pass, see sqz_replay). *applied: the end of the
  * last record applied. */
-static int replay_pass(const sqz_io *io, int fd, const sqz_header *h,
+int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
                        uint64_t file_size, const char *label, sqz_state *st,
-                       const char **why, uint64_t lenient_to,
+                       char *err, size_t errlen, uint64_t lenient_to,
                        uint64_t *applied)
 {
     memset(st, 0, sizeof *st);
     sqz_index_init(&st->ix);
-    int r = load_checkpoint(io, fd, h, file_size, st, why);
+    int r = sqz_replay_load_checkpoint(io, fd, h, file_size, st, err, errlen);
     if (r < 0) {
         sqz_index_free(&st->ix);
         return r;
@@ -568,7 +357,7 @@ static int replay_pass(const sqz_io *io, int fd, const sqz_header *h,
     if (durable < pos)
         durable = pos;
     if (durable > file_size) {
-        sqz_logf(0, "%s: the file ends at %llu, before the end of its synced "
+        sqz_logf(SQZ_LOG_ERR, "%s: the file ends at %llu, before the end of its synced "
                     "log (%llu)", label, (unsigned long long)file_size,
                  (unsigned long long)durable);
         durable = file_size & ~(uint64_t)7; /* records are 8-aligned */
@@ -596,7 +385,7 @@ static int replay_pass(const sqz_io *io, int fd, const sqz_header *h,
         const uint8_t *rec;
         sqz_rec_hdr rh;
         uint64_t total = 0;
-        int ok = read_record(&sc, pos, in_durable ? durable : file_size,
+        int ok = sqz_scan_record(&sc, pos, in_durable ? durable : file_size,
                              h->file_id, &rh, &rec, &total);
         if (ok < 0) {
             r = ok;
@@ -690,9 +479,9 @@ static int replay_pass(const sqz_io *io, int fd, const sqz_header *h,
             break; /* torn or uncommitted tail */
         /* damage in the synced part of the log */
         uint64_t next = durable;
-        if ((r = resync(&sc, pos, durable, h->file_id, &budget, &next)) < 0)
+        if ((r = sqz_scan_resync(&sc, pos, durable, h->file_id, &budget, &next)) < 0)
             break;
-        sqz_logf(0, "%s: damaged log record at offset %llu (synced data): "
+        sqz_logf(SQZ_LOG_ERR, "%s: damaged log record at offset %llu (synced data): "
                     "%llu bytes skipped, replay continues at offset %llu",
                  label, (unsigned long long)pos,
                  (unsigned long long)(next - pos), (unsigned long long)next);
@@ -714,12 +503,12 @@ static int replay_pass(const sqz_io *io, int fd, const sqz_header *h,
     free(pd.v);
     if (r < 0) {
         if (r == -EBADMSG && unknown) {
-            sqz_logf(0, "%s: the damaged log before offset %llu held blocks "
+            sqz_logf(SQZ_LOG_ERR, "%s: the damaged log before offset %llu held blocks "
                         "of a lost transaction that cannot be identified",
                      label, (unsigned long long)unknown);
-            *why = "log damaged (lost transaction's blocks unknown)";
+            sqz_errf(err, errlen, "log damaged (lost transaction's blocks unknown)");
         } else if (r == -EBADMSG) {
-            *why = "file changed while being read";
+            sqz_errf(err, errlen, "file changed while being read");
         }
         sqz_index_free(&st->ix);
         return r;
@@ -728,108 +517,5 @@ static int replay_pass(const sqz_io *io, int fd, const sqz_header *h,
     /* nothing before the durable mark is ever cut off or overwritten */
     if (st->valid_end < durable)
         st->valid_end = durable;
-    return 0;
-}
-
-/* After the log stopped at from (past the durable mark): the end of the
- * last valid COMMIT or CHECKPOINT record of this file with a transaction
- * after txn, walking valid records and resynchronising over invalid bytes
- * up to the end of the file (bounded like resync). 0 if there is none.
- * *commits counts them. */
-static int find_evidence(const sqz_io *io, int fd, const sqz_header *h,
-                         uint64_t file_size, uint64_t from, uint64_t txn,
-                         uint64_t *ev, uint64_t *commits)
-{
-    scanner sc = {.io = io, .fd = fd, .fsize = file_size};
-    uint64_t budget = 4 * file_size + (64u << 20);
-    uint64_t pos = from;
-    int r = 0;
-    *ev = 0;
-    *commits = 0;
-    while (pos <= file_size && file_size - pos >= SQZ_REC_HDR) {
-        const uint8_t *rec;
-        sqz_rec_hdr rh;
-        uint64_t total = 0;
-        int ok = read_record(&sc, pos, file_size, h->file_id, &rh, &rec,
-                             &total);
-        if (ok < 0) {
-            r = ok;
-            break;
-        }
-        if (ok) {
-            if (rh.type != SQZ_REC_DATA && rh.seq > txn) {
-                *ev = pos + total;
-                (*commits)++;
-            }
-            pos += total;
-            continue;
-        }
-        uint64_t next = file_size;
-        if ((r = resync(&sc, pos, file_size, h->file_id, &budget, &next)) < 0)
-            break;
-        pos = next;
-    }
-    free(sc.buf);
-    return r;
-}
-
-/* The log is replayed once with the durable mark deciding what is damage.
- * If that stops before the end of the file (past the mark), and valid,
- * later commits of this file follow the bad bytes, they are evidence that
- * the bad record was damage, not a torn tail: the log up to the last such
- * commit is replayed again like the synced part. That second result is
- * taken only if it applied that commit and lost no commit record (only
- * DATA records listed by valid commits were damaged: their blocks read as
- * EIO, the file keeps its length); otherwise the first stands (a crash's
- * torn tail; verify reports the unusable commits after it). */
-int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
-               uint64_t file_size, const char *label, sqz_state *st,
-               const char **why)
-{
-    uint64_t applied = 0;
-    int r = replay_pass(io, fd, h, file_size, label, st, why, 0, &applied);
-    if (r < 0 || st->valid_end >= file_size ||
-        file_size - st->valid_end < SQZ_REC_HDR)
-        return r;
-    uint64_t ev = 0, commits = 0;
-    r = find_evidence(io, fd, h, file_size, st->valid_end, st->txn, &ev,
-                      &commits);
-    if (r < 0) {
-        sqz_index_free(&st->ix);
-        return r;
-    }
-    if (ev == 0)
-        return 0;
-    sqz_state st2;
-    uint64_t applied2 = 0;
-    const char *why2 = NULL;
-    int r2 = replay_pass(io, fd, h, file_size, label, &st2, &why2, ev,
-                         &applied2);
-    if (r2 == -ENOMEM) {
-        sqz_index_free(&st->ix);
-        return r2;
-    }
-    if (r2 < 0 || applied2 != ev || st2.lost_commits != st->lost_commits ||
-        st2.ndamage == 0) {
-        if (r2 == 0)
-            sqz_index_free(&st2.ix);
-        st->tail_commits = commits;
-        sqz_logf(0, "%s: the log after offset %llu is unreadable although "
-                    "%llu later commit record(s) follow; treated as an "
-                    "uncommitted tail (a crash before the data was synced, "
-                    "or damage that cannot be told apart from one)",
-                 label ? label : "(container)",
-                 (unsigned long long)st->valid_end,
-                 (unsigned long long)commits);
-        return 0;
-    }
-    sqz_logf(0, "%s: damaged log records after the durable mark (offset "
-                "%llu): later commits up to offset %llu are intact, so the "
-                "damaged blocks read as errors and the file keeps its length",
-             label ? label : "(container)",
-             (unsigned long long)st->valid_end, (unsigned long long)ev);
-    sqz_index_free(&st->ix);
-    *st = st2;
-    st->evidence = 1;
     return 0;
 }

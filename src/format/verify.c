@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "format/format_int.h"
+#include "common/lockorder.h"
 
 typedef struct vctx {
     sqz_ctr *c;
@@ -36,13 +37,13 @@ static void problem(vctx *v, const char *fmt, ...)
 static int check_block(void *u, uint64_t idx, const sqz_entry *e)
 {
     vctx *v = u;
-    const char *why = "I/O error";
-    int r = sqz_block_load(v->c, e, v->buf, &why);
+    char why[64] = "";
+    int r = sqz_block_load(v->c, e, v->buf, why, sizeof why);
     if (r == -ENOMEM)
         return r;
     if (r < 0)
         problem(v, "block %llu at offset %llu: %s", (unsigned long long)idx,
-                (unsigned long long)e->off, why);
+                (unsigned long long)e->off, why[0] ? why : "I/O error");
     return 0;
 }
 
@@ -103,17 +104,17 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
     v.buf = malloc(c->bs);
     if (!v.buf)
         return -ENOMEM;
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t fsize = 0;
     int r = c->io.size(c->io.ctx, c->fd, &fsize, NULL);
     if (r == 0) {
         uint8_t hb[SQZ_HDR_SIZE];
         sqz_header h;
-        const char *why = "header unreadable";
+        char why[64] = "header unreadable";
         ssize_t got = c->io.pread(c->io.ctx, c->fd, hb, sizeof hb, 0);
         if (got < 0)
             r = (int)got;
-        else if (sqz_header_decode(hb, (size_t)got, &h, &why) < 0)
+        else if (sqz_header_decode(hb, (size_t)got, &h, why, sizeof why) < 0)
             problem(&v, "%s", why);
         else if (h.file_id != c->hdr.file_id)
             problem(&v, "header changed since the container was opened");
@@ -142,7 +143,7 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
      * counted as damage here; the caller reports it with
      * sqz_ctr_tail_bytes as an uncommitted tail (never "ok"). */
     if (r == 0 && fsize > c->end)
-        sqz_logf(1, "%s: uncommitted tail, %llu bytes after offset %llu%s",
+        sqz_logf(SQZ_LOG_WARN, "%s: uncommitted tail, %llu bytes after offset %llu%s",
                  c->label, (unsigned long long)(fsize - c->end),
                  (unsigned long long)c->end,
                  c->st.tail_commits ? " (holding later commits that cannot "
@@ -151,16 +152,16 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
     if (r == 0)
         r = sqz_index_each(&c->st.ix, check_block, &v);
     c->verify_warnings = v.warnings;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     free(v.buf);
     return r < 0 ? r : v.problems;
 }
 
 uint64_t sqz_ctr_tail_bytes(sqz_ctr *c)
 {
-    pthread_rwlock_rdlock(&c->lock);
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t t = c->file_size > c->end ? c->file_size - c->end : 0;
-    pthread_rwlock_unlock(&c->lock);
+    SQZ_RWUNLOCK(&c->lock);
     return t;
 }
 
@@ -178,12 +179,12 @@ int sqz_verify_fd_ex(int fd, const char *label, sqz_report_fn report,
     if (dfd < 0)
         return -errno;
     sqz_ctr *c;
-    const char *why = NULL;
+    char why[128] = "";
     int r = sqz_ctr_open_internal(dfd, SQZ_OPEN_RDONLY, label, &sqz_io_syscalls,
-                                  1, &c, &why);
+                                  1, &c, why, sizeof why);
     if (r == -EBADMSG) {
         if (report)
-            report(user, why ? why : "not a valid container");
+            report(user, why[0] ? why : "not a valid container");
         return 1;
     }
     if (r < 0)

@@ -18,9 +18,10 @@
  * and flushes again so that the marks themselves are durable.
  *
  * Locking: a queued inode's dctr/dgen/dq_queued are protected by its io
- * lock; the queue array by d->mu. Order: io -> d->mu (fs.h). The thread
- * takes d->mu alone, then one inode's io at a time, never both. */
+ * lock; the queue array by d->mu. The thread takes d->mu alone, then one
+ * inode's io at a time, never both. Ranks and order: docs/LOCKING.md. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -97,16 +98,17 @@ static void put_back_times(struct sqz_inode *in, int fd, const struct stat *b)
     struct sqz_bkey old, cur;
     sqz_bkey_of(b, &old);
     sqz_bkey_of(&now, &cur);
-    pthread_mutex_lock(&in->meta);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     if (in->probe_valid && sqz_bkey_eq(&in->probe_key, &old))
         in->probe_key = cur;
     if (in->kc_valid && sqz_bkey_eq(&in->kc_key, &old))
         in->kc_key = cur;
-    pthread_mutex_unlock(&in->meta);
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 static int requeue_locked(struct sqz_durable *d, struct sqz_inode *in)
 {
+    SQZ_ASSERT_EXCL(&d->mu);
     if (d->n == d->cap) {
         size_t nc = d->cap ? d->cap * 2 : 64;
         struct sqz_inode **nq = realloc(d->q, nc * sizeof(*nq));
@@ -133,7 +135,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
     /* 1: take a ticket for what each queued container holds now */
     for (size_t i = 0; i < n; i++) {
         struct sqz_inode *in = v[i];
-        pthread_rwlock_wrlock(&in->io);
+        SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
         in->dq_queued = 0;
         if (in->dctr) {
             struct entry *x = &e[m];
@@ -147,7 +149,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
             x->have_before = fstat(sqz_ctr_fd(x->c), &x->before) == 0;
             m++;
         }
-        pthread_rwlock_unlock(&in->io);
+        SQZ_RWUNLOCK(&in->io);
     }
     /* 2: one flush for all (outside every lock: reopen and I/O go on) */
     int flushed = 0;
@@ -159,7 +161,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
                 flushed = -errno;
     }
     if (flushed < 0) {
-        sqz_logf(0, "squeezefs: flushing %zu closed file(s) to make them "
+        sqz_logf(SQZ_LOG_ERR, "squeezefs: flushing %zu closed file(s) to make them "
                     "durable failed: %s (retried)", m, strerror(-flushed));
         if (first == 0)
             first = flushed;
@@ -168,9 +170,9 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
     for (size_t i = 0; i < m; i++) {
         struct entry *x = &e[i];
         struct sqz_inode *in = x->in;
-        pthread_rwlock_wrlock(&in->io);
+        SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
         if (in->dctr != x->c || in->dgen != x->gen) {
-            pthread_rwlock_unlock(&in->io); /* reopened: its owner marks */
+            SQZ_RWUNLOCK(&in->io); /* reopened: its owner marks */
             continue;
         }
         int r = flushed;
@@ -187,30 +189,30 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
             int rc = sqz_ctr_close(x->c);
             if (rc < 0 && first == 0)
                 first = rc;
-            pthread_mutex_lock(&d->mu);
+            SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
             d->marked++;
-            pthread_mutex_unlock(&d->mu);
+            SQZ_MUTEX_UNLOCK(&d->mu);
         } else if (!final) {
             /* keep it queued; the entry's open reference goes with it */
             in->dq_queued = 1;
-            pthread_mutex_lock(&d->mu);
+            SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
             d->failures++;
             if (requeue_locked(d, in) == 0)
                 v[x->vi] = NULL; /* the queue keeps its open reference */
             else
                 in->dq_queued = 0;
-            pthread_mutex_unlock(&d->mu);
+            SQZ_MUTEX_UNLOCK(&d->mu);
         } else {
             char label[PATH_MAX];
-            sqz_content_label(fs, in, label, sizeof(label));
-            sqz_logf(0, "%s: cannot make the closed file durable: %s", label,
+            sqz_inode_label(fs, in, label, sizeof(label));
+            sqz_logf(SQZ_LOG_ERR, "%s: cannot make the closed file durable: %s", label,
                      strerror(-r));
             if (first == 0)
                 first = r;
             in->dctr = NULL;
             sqz_ctr_close(x->c);
         }
-        pthread_rwlock_unlock(&in->io);
+        SQZ_RWUNLOCK(&in->io);
     }
     free(e);
     return first;
@@ -220,7 +222,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
 static int run_batch(struct sqz_fs *fs, int final)
 {
     struct sqz_durable *d = fs->durable;
-    pthread_mutex_lock(&d->mu);
+    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     struct sqz_inode **v = d->q;
     size_t n = d->n;
     d->q = NULL;
@@ -228,7 +230,7 @@ static int run_batch(struct sqz_fs *fs, int final)
     if (n)
         d->batches++;
     pthread_cond_broadcast(&d->room);
-    pthread_mutex_unlock(&d->mu);
+    SQZ_MUTEX_UNLOCK(&d->mu);
     if (n == 0) {
         free(v);
         return 0;
@@ -239,7 +241,7 @@ static int run_batch(struct sqz_fs *fs, int final)
     int rc;
     if (!keep) {
         /* put them back (the array is the queue again) */
-        pthread_mutex_lock(&d->mu);
+        SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
         struct sqz_inode **newer = d->q;
         size_t nn = d->n;
         d->q = v;
@@ -247,7 +249,7 @@ static int run_batch(struct sqz_fs *fs, int final)
         for (size_t i = 0; i < nn; i++)
             if (requeue_locked(d, newer[i]) < 0)
                 break; /* cannot happen: they fitted in newer */
-        pthread_mutex_unlock(&d->mu);
+        SQZ_MUTEX_UNLOCK(&d->mu);
         free(newer);
         return -ENOMEM;
     }
@@ -265,7 +267,7 @@ static void *durable_main(void *arg)
 {
     struct sqz_fs *fs = arg;
     struct sqz_durable *d = fs->durable;
-    pthread_mutex_lock(&d->mu);
+    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     while (!d->stop) {
         if (d->n < SQZ_DURABLE_KICK) {
             struct timespec ts;
@@ -282,11 +284,11 @@ static void *durable_main(void *arg)
         }
         if (d->n == 0)
             continue;
-        pthread_mutex_unlock(&d->mu);
+        SQZ_MUTEX_UNLOCK(&d->mu);
         (void)run_batch(fs, 0); /* failures stay queued and are retried */
-        pthread_mutex_lock(&d->mu);
+        SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     }
-    pthread_mutex_unlock(&d->mu);
+    SQZ_MUTEX_UNLOCK(&d->mu);
     return NULL;
 }
 
@@ -306,7 +308,7 @@ int sqz_durable_start(struct sqz_fs *fs)
     }
     if (rc == 0 && (rc = -pthread_cond_init(&d->room, NULL)) < 0)
         pthread_cond_destroy(&d->wake);
-    if (rc == 0 && (rc = -pthread_mutex_init(&d->mu, NULL)) < 0) {
+    if (rc == 0 && (rc = -sqz_mutex_init(&d->mu)) < 0) {
         pthread_cond_destroy(&d->room);
         pthread_cond_destroy(&d->wake);
     }
@@ -331,11 +333,11 @@ static void stop_thread(struct sqz_durable *d)
 {
     if (!d->started)
         return;
-    pthread_mutex_lock(&d->mu);
+    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     d->stop = 1;
     pthread_cond_signal(&d->wake);
     pthread_cond_broadcast(&d->room);
-    pthread_mutex_unlock(&d->mu);
+    SQZ_MUTEX_UNLOCK(&d->mu);
     pthread_join(d->th, NULL);
     d->started = 0;
 }
@@ -372,17 +374,18 @@ void sqz_durable_wait_room(struct sqz_fs *fs)
     struct sqz_durable *d = fs->durable;
     if (!d)
         return;
-    pthread_mutex_lock(&d->mu);
+    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     while (d->n >= SQZ_DURABLE_MAX && d->started && !d->stop) {
         pthread_cond_signal(&d->wake);
         pthread_cond_wait(&d->room, &d->mu);
     }
-    pthread_mutex_unlock(&d->mu);
+    SQZ_MUTEX_UNLOCK(&d->mu);
 }
 
 int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
                              sqz_ctr *c)
 {
+    SQZ_ASSERT_EXCL(&in->io);
     struct sqz_durable *d = fs->durable;
     if (!d)
         return -ENOSYS;
@@ -390,11 +393,11 @@ int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
     in->dgen++;
     if (in->dq_queued)
         return 0;
-    pthread_mutex_lock(&d->mu);
+    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     int rc = requeue_locked(d, in);
     if (rc == 0 && d->n >= SQZ_DURABLE_KICK)
         pthread_cond_signal(&d->wake);
-    pthread_mutex_unlock(&d->mu);
+    SQZ_MUTEX_UNLOCK(&d->mu);
     if (rc < 0) {
         in->dctr = NULL;
         return rc;
@@ -406,6 +409,7 @@ int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
 
 sqz_ctr *sqz_durable_take_locked(struct sqz_inode *in)
 {
+    SQZ_ASSERT_EXCL(&in->io);
     sqz_ctr *c = in->dctr;
     in->dctr = NULL;
     return c;
@@ -418,10 +422,10 @@ void sqz_durable_stats(struct sqz_fs *fs, uint64_t *queued, uint64_t *marked,
     *queued = *marked = *batches = *failures = 0;
     if (!d)
         return;
-    pthread_mutex_lock(&d->mu);
+    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     *queued = d->n;
     *marked = d->marked;
     *batches = d->batches;
     *failures = d->failures;
-    pthread_mutex_unlock(&d->mu);
+    SQZ_MUTEX_UNLOCK(&d->mu);
 }

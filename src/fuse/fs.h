@@ -1,23 +1,12 @@
 /* squeezefs FUSE front end: the state shared by the files of src/fuse/.
  * Internal header.
  *
- * Locking (which lock protects what; lock order top to bottom):
- *  1. sqz_inode.io (rwlock): the inode's content state: kind, sf, sf_users,
- *     plain_users, pending params, and the identity of the backing file
- *     behind sqz_inode.fd (replaced with dup3 by recompress). Data ops
- *     (read/write/flush/fsync/getattr's length) hold it shared while they
- *     use sf; open/release/convert/materialise/recompress hold it exclusive.
- *  2. sqz_fs.itable_lock (mutex): the inode hash table, every inode's
- *     dev/ino key, hash link, nlookup and nopen. Never held during I/O.
- *  3. sqz_inode.meta (mutex): the probe/length cache, keep_cache key and
- *     the last write time. Leaf lock, held for a few instructions only
- *     (and across the one utimensat that puts the user's times back after
- *     bookkeeping writes, so a concurrent writer cannot interleave).
- *  3'. sqz_durable.mu (durable.c): the queue of closed files waiting for
- *     their durable mark. Taken under io (never io under it), never
- *     together with itable_lock or meta.
- *  Engine locks (sqz_file.lock etc.) are taken inside engine calls, below
- *  all of the above.
+ * Locks: sqz_inode.io, sqz_fs.itable_lock, sqz_inode.meta,
+ * sqz_fs.readahead_mu and sqz_dirhandle.lock here, sqz_durable.mu in
+ * durable.c. What each protects, their ranks, the order and which may be
+ * held across I/O: docs/LOCKING.md (the one place; checked in debug
+ * builds by src/common/lockorder.h). The fields below are grouped by the
+ * lock that protects them.
  * Fields marked "const" are set before the inode is published and never
  * change. sqz_inode.fd's *number* is constant for the inode's life.
  */
@@ -133,7 +122,7 @@ struct sqz_fs {
     uid_t uid;                  /* euid of the daemon */
     char *mnt_real;             /* realpath of MOUNTPOINT, or NULL */
     atomic_int readahead_done;  /* the first open set the kernel's
-                                   read-ahead window (mount.c) */
+                                   read-ahead window (ops_file.c) */
     pthread_mutex_t readahead_mu; /* serialises that first attempt */
 
     struct sqz_durable *durable; /* durable.c; NULL before start */
@@ -151,11 +140,6 @@ static inline struct sqz_fs *sqz_fs_of(fuse_req_t req)
     return (struct sqz_fs *)fuse_req_userdata(req);
 }
 
-/* ---- mount.c ---- */
-/* Once per mount, at the first open (the FUSE INIT reply has been
- * processed by then): set the kernel read-ahead window (readahead=). */
-void sqz_fs_tune_readahead(struct sqz_fs *fs);
-
 /* ---- inode.c: inode table ---- */
 int sqz_itable_init(struct sqz_fs *fs, const char *backing);
 /* Frees every inode (closes their sf first; returns the first error). */
@@ -163,9 +147,10 @@ int sqz_itable_free(struct sqz_fs *fs);
 struct sqz_inode *sqz_inode_of(struct sqz_fs *fs, fuse_ino_t ino);
 fuse_ino_t sqz_nodeid(struct sqz_fs *fs, struct sqz_inode *in);
 /* Look name up in parent (O_PATH|O_NOFOLLOW), insert or find the inode,
- * count a lookup, fill e (attributes via sqz_getattr). 0 or -errno. */
-int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
-                  const char *name, struct fuse_entry_param *e);
+ * count a lookup; *st receives the backing stat. 0 or -errno. */
+int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
+                     const char *name, struct stat *st,
+                     struct sqz_inode **out);
 void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n);
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in);
 void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
@@ -173,16 +158,13 @@ void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
  * exclusive. */
 void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
                      ino_t ino);
-/* Call fn on every inode (table locked: fn must not block long or take
- * itable_lock; it may take io). */
-void sqz_itable_foreach(struct sqz_fs *fs,
-                        void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
-                        void *user);
-/* Remember the backing file's current atime/mtime as set by the user
- * (setattr): container bookkeeping writes after it (the durable mark at
- * fsync, a checkpoint at close) must not change them. A data write forgets
- * them. */
-void sqz_content_keep_times(struct sqz_inode *in);
+/* Call fn on every inode of the table, with no lock held: the inodes are
+ * collected under itable_lock, each kept alive by an open reference, and
+ * fn runs after the lock is released (so fn may take io and everything
+ * ranked after it). 0, or -ENOMEM (fn was not called). */
+int sqz_itable_foreach(struct sqz_fs *fs,
+                       void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
+                       void *user);
 /* "/proc/self/fd/N" */
 void sqz_proc_path(int fd, char *buf, size_t n);
 /* Path of the inode relative to BACKING ("" for the root). */
@@ -200,16 +182,37 @@ int sqz_name_hidden(const char *name);
 int sqz_name_errno(const char *name, int hidden_errno);
 /* Raw backing stat. */
 int sqz_backing_stat(struct sqz_inode *in, struct stat *st);
-/* stat as shown through the mount (logical size for containers). */
-int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st);
+/* Open the backing file of a regular inode for I/O ("/proc/self/fd"). */
+int sqz_inode_reopen(struct sqz_inode *in, int flags);
+/* Label for log lines: the path inside the mount, else "(inode N)". */
+void sqz_inode_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                     size_t n);
+/* Set the new object's owner to the caller's uid/gid (setgid dirs keep
+ * the parent's group). Used by create/mkdir/mknod/symlink. */
+int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
+                  const char *name, const struct stat *parent_st);
 
-/* ---- content.c: per-inode content (container / plain / pending) ---- */
+/* ---- content_kind.c: kind probing, attributes shown ---- */
 void sqz_bkey_of(const struct stat *st, struct sqz_bkey *k);
 int sqz_bkey_eq(const struct sqz_bkey *a, const struct sqz_bkey *b);
 /* Fix up st (backing stat) for a regular file: logical size, blocks,
  * mtime of pending writes. Takes io shared. */
 void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
                           struct stat *st);
+/* stat as shown through the mount (logical size for containers). */
+int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st);
+/* Look name up in parent (sqz_inode_lookup) and fill e with the
+ * attributes shown through the mount. 0 or -errno. */
+int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
+                  const char *name, struct fuse_entry_param *e);
+void sqz_content_invalidate(struct sqz_inode *in);
+int sqz_content_handles_open(const struct sqz_inode *in);
+/* io held (shared or exclusive): kind and logical length. */
+int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                            const struct stat *bst, enum sqz_kind *kind,
+                            uint64_t *len);
+
+/* ---- content_open.c: open handles ---- */
 /* Open a handle: flags as from open(2) (O_TRUNC honoured). On success
  * fills h and *keep_cache. Takes io exclusive. */
 int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
@@ -221,6 +224,21 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
 /* Drop a handle; the last one commits and closes the sf. Returns the
  * commit error. */
 int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h);
+/* Remember the backing file's current atime/mtime as set by the user
+ * (setattr): container bookkeeping writes after it (the durable mark at
+ * fsync, a checkpoint at close) must not change them. A data write forgets
+ * them. */
+void sqz_content_keep_times(struct sqz_inode *in);
+/* io exclusive: PENDING -> CONTAINER choosing the algorithm by sample. */
+int sqz_content_materialize_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                                   const void *sample, size_t n);
+/* Params to create a container with for a resolved policy. */
+void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s,
+                          sqz_params *p);
+/* Policy glue: the effective policy of a path below BACKING. */
+int sqz_resolve(struct sqz_fs *fs, const char *relpath, sqz_resolved *out);
+
+/* ---- content_io.c: data I/O ---- */
 /* Read/write through a handle (locks io shared; materialises PENDING). */
 ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
                          size_t n, uint64_t off);
@@ -239,26 +257,8 @@ int sqz_content_commit(struct sqz_fs *fs, struct sqz_inode *in);
 /* Container figures (commits first). -ENODATA if not a container. */
 int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
                          struct sqz_ctr_stat *st);
-/* Open the backing file of a regular inode for I/O ("/proc/self/fd"). */
-int sqz_content_reopen(struct sqz_inode *in, int flags);
 /* destroy: commit + fsync every open sf. */
 int sqz_content_sync_all(struct sqz_fs *fs);
-/* Params to create a container with for a resolved policy. */
-void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s,
-                          sqz_params *p);
-
-/* Internals shared with recompress.c (caller holds io as noted). */
-void sqz_content_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
-                       size_t n);
-void sqz_content_invalidate(struct sqz_inode *in);
-int sqz_content_handles_open(const struct sqz_inode *in);
-/* io held (shared or exclusive): kind and logical length. */
-int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
-                            const struct stat *bst, enum sqz_kind *kind,
-                            uint64_t *len);
-/* io exclusive: PENDING -> CONTAINER choosing the algorithm by sample. */
-int sqz_content_materialize_locked(struct sqz_fs *fs, struct sqz_inode *in,
-                                   const void *sample, size_t n);
 
 /* ---- durable.c: closed files made durable in batches ---- */
 int sqz_durable_start(struct sqz_fs *fs);
@@ -290,18 +290,10 @@ void sqz_writer_unlock(struct sqz_fs *fs);
 int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
                    const sqz_spec *spec);
 
-/* ---- policy glue (content.c) ---- */
-int sqz_resolve(struct sqz_fs *fs, const char *relpath, sqz_resolved *out);
-
 /* ---- ops_*.c: the lowlevel operations ---- */
 void sqz_ops_entry(struct fuse_lowlevel_ops *ops);
 void sqz_ops_file(struct fuse_lowlevel_ops *ops);
 void sqz_ops_dir(struct fuse_lowlevel_ops *ops);
 void sqz_ops_xattr(struct fuse_lowlevel_ops *ops);
-
-/* Set the new object's owner to the caller's uid/gid (setgid dirs keep
- * the parent's group). Used by create/mkdir/mknod/symlink. */
-int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
-                  const char *name, const struct stat *parent_st);
 
 #endif

@@ -6,8 +6,9 @@
  * (st_dev, st_ino); the kernel-visible node id is the address of our
  * sqz_inode (FUSE_ROOT_ID for the root), so it stays stable when
  * recompress replaces the backing file (sqz_inode_rekey).
- * Protected by sqz_fs.itable_lock (see fs.h). */
+ * Protected by sqz_fs.itable_lock (docs/LOCKING.md). */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -33,7 +34,7 @@ static struct sqz_inode *inode_new(int fd, const struct stat *st)
         free(in);
         return NULL;
     }
-    if (pthread_mutex_init(&in->meta, NULL) != 0) {
+    if (sqz_mutex_init(&in->meta) != 0) {
         pthread_rwlock_destroy(&in->io);
         free(in);
         return NULL;
@@ -88,6 +89,7 @@ static struct sqz_inode *table_find(struct sqz_fs *fs, dev_t dev, ino_t ino)
 /* Grow when the chains get long (best effort: on ENOMEM keep the table). */
 static void table_maybe_grow(struct sqz_fs *fs)
 {
+    SQZ_ASSERT_EXCL(&fs->itable_lock);
     if (fs->count < fs->nbuckets * 2)
         return;
     size_t nb = fs->nbuckets * 4;
@@ -112,7 +114,7 @@ static void table_maybe_grow(struct sqz_fs *fs)
 
 int sqz_itable_init(struct sqz_fs *fs, const char *backing)
 {
-    if (pthread_mutex_init(&fs->itable_lock, NULL) != 0)
+    if (sqz_mutex_init(&fs->itable_lock) != 0)
         return -ENOMEM;
     fs->nbuckets = 4096;
     fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
@@ -206,6 +208,34 @@ int sqz_name_ok(const char *name)
     return 1;
 }
 
+int sqz_inode_reopen(struct sqz_inode *in, int flags)
+{
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    int fd = open(pp, flags | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+/* Label for log lines: the path inside the mount. */
+void sqz_inode_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                     size_t n)
+{
+    if (sqz_inode_relpath(fs, in, buf, n) != 0 || !buf[0])
+        snprintf(buf, n, "(inode %llu)", (unsigned long long)in->ino);
+}
+
+int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
+                  const char *name, const struct stat *parent_st)
+{
+    if (fs->uid != 0)
+        return 0;
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    gid_t gid = (parent_st->st_mode & S_ISGID) ? parent_st->st_gid : ctx->gid;
+    if (fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
+    return 0;
+}
+
 int sqz_backing_stat(struct sqz_inode *in, struct stat *st)
 {
     if (fstatat(in->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
@@ -213,20 +243,11 @@ int sqz_backing_stat(struct sqz_inode *in, struct stat *st)
     return 0;
 }
 
-int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st)
+int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
+                     const char *name, struct stat *st,
+                     struct sqz_inode **out)
 {
-    int rc = sqz_backing_stat(in, st);
-    if (rc)
-        return rc;
-    if (S_ISREG(st->st_mode))
-        sqz_content_fix_stat(fs, in, st);
-    return 0;
-}
-
-int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
-                  const char *name, struct fuse_entry_param *e)
-{
-    memset(e, 0, sizeof(*e));
+    *out = NULL;
     if (!sqz_name_ok(name))
         return -EINVAL;
     if (sqz_name_hidden(name))
@@ -234,36 +255,30 @@ int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
     int fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    struct stat st;
-    if (fstatat(fd, "", &st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
+    if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
         int err = -errno;
         close(fd);
         return err;
     }
-    pthread_mutex_lock(&fs->itable_lock);
-    struct sqz_inode *in = table_find(fs, st.st_dev, st.st_ino);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    struct sqz_inode *in = table_find(fs, st->st_dev, st->st_ino);
     if (in) {
         in->nlookup++;
-        pthread_mutex_unlock(&fs->itable_lock);
+        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
         close(fd);
     } else {
-        in = inode_new(fd, &st);
+        in = inode_new(fd, st);
         if (!in) {
-            pthread_mutex_unlock(&fs->itable_lock);
+            SQZ_MUTEX_UNLOCK(&fs->itable_lock);
             close(fd);
             return -ENOMEM;
         }
         in->nlookup = 1;
         table_maybe_grow(fs);
         table_insert(fs, in);
-        pthread_mutex_unlock(&fs->itable_lock);
+        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     }
-    if (S_ISREG(st.st_mode))
-        sqz_content_fix_stat(fs, in, &st);
-    e->ino = sqz_nodeid(fs, in);
-    e->attr = st;
-    e->attr_timeout = fs->timeout;
-    e->entry_timeout = fs->timeout;
+    *out = in;
     return 0;
 }
 
@@ -271,6 +286,7 @@ int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
 static void maybe_free_locked(struct sqz_fs *fs, struct sqz_inode *in,
                               struct sqz_inode **to_free)
 {
+    SQZ_ASSERT_EXCL(&fs->itable_lock);
     *to_free = NULL;
     if (in->is_root || in->nlookup > 0 || in->nopen > 0)
         return;
@@ -281,10 +297,10 @@ static void maybe_free_locked(struct sqz_fs *fs, struct sqz_inode *in,
 void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
 {
     struct sqz_inode *dead = NULL;
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     in->nlookup = n > in->nlookup ? 0 : in->nlookup - n;
     maybe_free_locked(fs, in, &dead);
-    pthread_mutex_unlock(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     if (dead) {
         /* No handle is open (nopen == 0), so no sf exists. */
         inode_destroy(dead);
@@ -293,19 +309,19 @@ void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
 
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     in->nopen++;
-    pthread_mutex_unlock(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
 }
 
 void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
 {
     struct sqz_inode *dead = NULL;
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     if (in->nopen > 0)
         in->nopen--;
     maybe_free_locked(fs, in, &dead);
-    pthread_mutex_unlock(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     if (dead)
         inode_destroy(dead);
 }
@@ -313,23 +329,42 @@ void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
 void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
                      ino_t ino)
 {
-    pthread_mutex_lock(&fs->itable_lock);
+    SQZ_ASSERT_EXCL(&in->io);
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     table_remove(fs, in);
     in->dev = dev;
     in->ino = ino;
     table_insert(fs, in);
-    pthread_mutex_unlock(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
 }
 
-void sqz_itable_foreach(struct sqz_fs *fs,
-                        void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
-                        void *user)
+int sqz_itable_foreach(struct sqz_fs *fs,
+                       void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
+                       void *user)
 {
-    pthread_mutex_lock(&fs->itable_lock);
+    /* Collect the inodes, each kept alive by an open reference, under the
+     * table lock; call fn after releasing it (fn may take io, which ranks
+     * before itable_lock: docs/LOCKING.md). */
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    size_t n = fs->count;
+    struct sqz_inode **v = malloc((n ? n : 1) * sizeof(*v));
+    if (!v) {
+        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+        return -ENOMEM;
+    }
+    size_t k = 0;
     for (size_t i = 0; i < fs->nbuckets; i++)
-        for (struct sqz_inode *in = fs->buckets[i]; in; in = in->next)
-            fn(fs, in, user);
-    pthread_mutex_unlock(&fs->itable_lock);
+        for (struct sqz_inode *in = fs->buckets[i]; in && k < n; in = in->next) {
+            in->nopen++;
+            v[k++] = in;
+        }
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    for (size_t i = 0; i < k; i++)
+        fn(fs, v[i], user);
+    for (size_t i = 0; i < k; i++)
+        sqz_inode_open_unref(fs, v[i]);
+    free(v);
+    return 0;
 }
 
 void sqz_proc_path(int fd, char *buf, size_t n)

@@ -8,8 +8,8 @@
  * SIGINT/SIGTERM/SIGHUP and unmount end the loop; op_destroy commits and
  * fsyncs every open file; the exit status is 0 unless that failed. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 #include "fuse/fuse_main.h"
-#include "fuse/readahead.h"
 
 #include <errno.h>
 #include <malloc.h>
@@ -72,7 +72,9 @@ static void log_sink(void *user, int level, const char *msg)
     struct sqz_fs *fs = user;
     fprintf(stderr, "squeezefs: %s\n", msg);
     if (fs && fs->syslog)
-        syslog(level == 0 ? LOG_ERR : level == 1 ? LOG_WARNING : LOG_INFO,
+        syslog(level == SQZ_LOG_ERR    ? LOG_ERR
+               : level == SQZ_LOG_WARN ? LOG_WARNING
+                                       : LOG_INFO,
                "%s", msg);
 }
 
@@ -96,26 +98,6 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     conn->max_write = MAX_IO;
     if (conn->max_readahead > MAX_IO)
         conn->max_readahead = MAX_IO;
-}
-
-void sqz_fs_tune_readahead(struct sqz_fs *fs)
-{
-    if (atomic_load_explicit(&fs->readahead_done, memory_order_acquire))
-        return;
-    /* Concurrent first opens wait here until the window is set: a file
-     * opened before it would keep the old window for its whole life. */
-    pthread_mutex_lock(&fs->readahead_mu);
-    if (!atomic_load_explicit(&fs->readahead_done, memory_order_relaxed)) {
-        if (fs->opts.readahead_bytes != 0 && fs->mnt_real) {
-            int rc = sqz_set_mount_readahead(fs->mnt_real,
-                                             fs->opts.readahead_bytes);
-            if (rc < 0)
-                sqz_logf(2, "readahead=%zuK not applied (kernel default kept): %s",
-                         fs->opts.readahead_bytes / 1024, strerror(-rc));
-        }
-        atomic_store_explicit(&fs->readahead_done, 1, memory_order_release);
-    }
-    pthread_mutex_unlock(&fs->readahead_mu);
 }
 
 static int g_destroy_rc; /* written once by op_destroy, read after the loop */
@@ -284,7 +266,7 @@ static void raise_fd_limit(void)
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
         if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
-            sqz_logf(1, "cannot raise the open file limit: %s",
+            sqz_logf(SQZ_LOG_WARN, "cannot raise the open file limit: %s",
                      strerror(errno));
     }
 }
@@ -331,7 +313,7 @@ int sqz_mount_main(int argc, char **argv)
     mallopt(M_ARENA_MAX, 1);
     raise_fd_limit();
     memset(fs, 0, sizeof(*fs));
-    pthread_mutex_init(&fs->readahead_mu, NULL); /* cannot fail (defaults) */
+    sqz_mutex_init(&fs->readahead_mu); /* cannot fail with glibc */
     fs->root_dirfd = -1;
     fs->wlock_fd = -1;
     sqz_mount_opts_init(&fs->opts);
@@ -408,18 +390,18 @@ int sqz_mount_main(int argc, char **argv)
     eo.threads = fs->opts.threads ? fs->opts.threads : ncores();
     eo.cache_bytes = fs->opts.cache_bytes ? fs->opts.cache_bytes
                                           : SQZ_ENGINE_CACHE_OFF;
-    eo.dirty_bytes_file = 8u << 20;
-    eo.dirty_bytes_max = 256u << 20;
-    eo.dirty_expire_ms = 2000;
+    eo.dirty_bytes_file = SQZ_ENGINE_DIRTY_FILE_DEFAULT;
+    eo.dirty_bytes_max = SQZ_ENGINE_DIRTY_MAX_DEFAULT;
+    eo.dirty_expire_ms = SQZ_ENGINE_EXPIRE_MS_DEFAULT;
     int rc = sqz_engine_new(&eo, &fs->engine);
     if (rc) {
-        sqz_logf(0, "cannot start the I/O engine: %s", strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "cannot start the I/O engine: %s", strerror(-rc));
         fs->engine = NULL;
         goto out_unmount;
     }
 
     if ((rc = sqz_durable_start(fs)) < 0) {
-        sqz_logf(0, "cannot start the durability thread: %s", strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "cannot start the durability thread: %s", strerror(-rc));
         goto out_unmount;
     }
 
@@ -428,7 +410,7 @@ int sqz_mount_main(int argc, char **argv)
     } else {
         struct fuse_loop_config *lc = fuse_loop_cfg_create();
         if (!lc) {
-            sqz_logf(0, "out of memory");
+            sqz_logf(SQZ_LOG_ERR, "out of memory");
             goto out_unmount;
         }
         fuse_loop_cfg_set_clone_fd(lc, 0);
@@ -439,7 +421,7 @@ int sqz_mount_main(int argc, char **argv)
     }
     status = rc < 0 ? 1 : 0;
     if (rc < 0)
-        sqz_logf(0, "request loop failed: %s", strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "request loop failed: %s", strerror(-rc));
 
 out_unmount:
     fuse_session_unmount(se);
@@ -449,7 +431,7 @@ out_session:
     fuse_session_destroy(se); /* calls op_destroy if the kernel did not */
     teardown(fs);
     if (g_destroy_rc) {
-        sqz_logf(0, "flushing at unmount failed: %s", strerror(-g_destroy_rc));
+        sqz_logf(SQZ_LOG_ERR, "flushing at unmount failed: %s", strerror(-g_destroy_rc));
         status = 1;
     }
     if (fs->syslog)

@@ -1,6 +1,7 @@
 /* Directory handles: opendir, readdir, releasedir, fsyncdir.
  * Recompress temporaries (SQZ_TMP_PREFIX) are never listed. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -39,7 +40,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
         fuse_reply_err(req, e);
         return;
     }
-    pthread_mutex_init(&d->lock, NULL);
+    sqz_mutex_init(&d->lock);
     fi->fh = (uint64_t)(uintptr_t)d;
     fi->cache_readdir = 0;
     if (fuse_reply_open(req, fi) != 0) {
@@ -59,7 +60,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    pthread_mutex_lock(&d->lock);
+    SQZ_MUTEX_LOCK(&d->lock, SQZ_RANK_DIRHANDLE);
     if (offset != d->offset) {
         seekdir(d->dp, offset);
         d->entry = NULL;
@@ -92,7 +93,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
         d->entry = NULL;
         d->offset = next;
     }
-    pthread_mutex_unlock(&d->lock);
+    SQZ_MUTEX_UNLOCK(&d->lock);
     if (err && pos == 0)
         fuse_reply_err(req, err);
     else

@@ -4,6 +4,7 @@
  * with a single, checked name component; symlinks in BACKING are never
  * followed. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -183,9 +184,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
             rc = sqz_content_commit(fs, in);
             if (rc)
                 goto out;
-            pthread_mutex_lock(&in->meta);
+            SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
             in->wtime_set = 0;
-            pthread_mutex_unlock(&in->meta);
+            SQZ_MUTEX_UNLOCK(&in->meta);
         }
         if (in->type == S_IFLNK) {
             char abs[PATH_MAX + 16];

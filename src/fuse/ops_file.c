@@ -1,7 +1,9 @@
 /* File operations: create, open, read, write, flush, release, fsync,
- * fallocate. The data path lives in content.c; this file adapts FUSE
+ * fallocate. The data path lives in content_*.c; this file adapts FUSE
  * requests to it. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
+#include "fuse/readahead.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -28,23 +30,33 @@ static int adjust_flags(struct sqz_fs *fs, int flags)
     return flags;
 }
 
-int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
-                  const char *name, const struct stat *parent_st)
+/* Once per mount, at the first open (the FUSE INIT reply has been
+ * processed by then): set the kernel read-ahead window (readahead=). */
+static void tune_readahead(struct sqz_fs *fs)
 {
-    if (fs->uid != 0)
-        return 0;
-    const struct fuse_ctx *ctx = fuse_req_ctx(req);
-    gid_t gid = (parent_st->st_mode & S_ISGID) ? parent_st->st_gid : ctx->gid;
-    if (fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
-        return -errno;
-    return 0;
+    if (atomic_load_explicit(&fs->readahead_done, memory_order_acquire))
+        return;
+    /* Concurrent first opens wait here until the window is set: a file
+     * opened before it would keep the old window for its whole life. */
+    SQZ_MUTEX_LOCK(&fs->readahead_mu, SQZ_RANK_READAHEAD);
+    if (!atomic_load_explicit(&fs->readahead_done, memory_order_relaxed)) {
+        if (fs->opts.readahead_bytes != 0 && fs->mnt_real) {
+            int rc = sqz_set_mount_readahead(fs->mnt_real,
+                                             fs->opts.readahead_bytes);
+            if (rc < 0)
+                sqz_logf(SQZ_LOG_INFO, "readahead=%zuK not applied (kernel default kept): %s",
+                         fs->opts.readahead_bytes / 1024, strerror(-rc));
+        }
+        atomic_store_explicit(&fs->readahead_done, 1, memory_order_release);
+    }
+    SQZ_MUTEX_UNLOCK(&fs->readahead_mu);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *in = sqz_inode_of(fs, ino);
-    sqz_fs_tune_readahead(fs);
+    tune_readahead(fs);
     if (in->type != S_IFREG) {
         fuse_reply_err(req, in->type == S_IFDIR ? EISDIR : EINVAL);
         return;
@@ -75,7 +87,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
-    sqz_fs_tune_readahead(fs);
+    tune_readahead(fs);
     int bad = sqz_name_errno(name, EPERM);
     if (bad == 0 && fs->opts.ro)
         bad = EROFS;
@@ -152,7 +164,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     struct sqz_inode *in = sqz_inode_of(fs, e.ino);
     rc = sqz_content_create(fs, in, rel, flags, h);
     if (rc) {
-        sqz_logf(0, "%s: cannot create container: %s", rel, strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "%s: cannot create container: %s", rel, strerror(-rc));
         unlinkat(p->fd, name, 0);
         sqz_inode_forget(fs, in, 1);
         free(h);
@@ -225,7 +237,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
     struct sqz_handle *h = handle_of(fi);
     int rc = sqz_content_release(fs, h);
     if (rc < 0)
-        sqz_logf(0, "commit at close failed: %s", strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "commit at close failed: %s", strerror(-rc));
     free(h);
     fuse_reply_err(req, -rc);
 }

@@ -220,7 +220,7 @@ static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
         char rel[PATH_MAX];
         if (sqz_inode_relpath(fs, in, rel, sizeof(rel)) != 0)
             rel[0] = '\0';
-        sqz_logf(1, "%s: rejected %s '%s': %s", rel[0] ? rel : "/",
+        sqz_logf(SQZ_LOG_WARN, "%s: rejected %s '%s': %s", rel[0] ? rel : "/",
                  SQZ_POLICY_XATTR, text, err);
         free(text);
         return -EINVAL;
@@ -248,7 +248,7 @@ static int do_recompress(fuse_req_t req, struct sqz_fs *fs,
     if (rc == 0 && text[0]) {
         char err[256] = "";
         if (sqz_spec_parse(text, &spec, err, sizeof(err)) != 0) {
-            sqz_logf(1, "%s: recompress: bad SPEC '%s': %s", rel, text, err);
+            sqz_logf(SQZ_LOG_WARN, "%s: recompress: bad SPEC '%s': %s", rel, text, err);
             rc = -EINVAL;
         }
         /* without a block size, recompress keeps the file's own */
@@ -261,7 +261,7 @@ static int do_recompress(fuse_req_t req, struct sqz_fs *fs,
     if (rc == 0)
         rc = sqz_recompress(fs, in, &spec);
     if (rc && rc != -EINVAL)
-        sqz_logf(0, "%s: recompress failed: %s", rel, strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "%s: recompress failed: %s", rel, strerror(-rc));
     return rc;
 }
 

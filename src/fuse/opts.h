@@ -7,10 +7,11 @@
 
 #include <stddef.h>
 
+#include "engine/engine.h"
 #include "squeezefs/policy.h"
 
 #define SQZ_DEFAULT_SPEC "zstd:1/128K"
-#define SQZ_DEFAULT_CACHE_BYTES (256u * 1024u * 1024u)
+#define SQZ_DEFAULT_CACHE_BYTES SQZ_ENGINE_CACHE_DEFAULT
 #define SQZ_DEFAULT_READAHEAD_BYTES (1024u * 1024u)
 #define SQZ_MAX_READAHEAD_BYTES (64u * 1024u * 1024u)
 

@@ -14,6 +14,7 @@
  * with several hard links (renaming would split them) and (EBUSY) while
  * the file is open as a plain passthrough file. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 #include "common/fullio.h"
 
 #include <errno.h>
@@ -169,7 +170,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     char err[256] = "";
 
     char label[PATH_MAX];
-    sqz_content_label(fs, in, label, sizeof(label));
+    sqz_inode_label(fs, in, label, sizeof(label));
     char abs[PATH_MAX + 16], dir[PATH_MAX], base[NAME_MAX + 1];
     char tmp[64];
     int dirfd = -1, rc;
@@ -177,7 +178,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     sqz_file *nsf = NULL;
     int tmp_made = 0;
 
-    pthread_rwlock_wrlock(&in->io);
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct stat bst;
     rc = sqz_backing_stat(in, &bst);
     if (rc)
@@ -214,7 +215,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
         src.sf = in->sf;
         len = sqz_file_length(in->sf);
     } else {
-        int fd = sqz_content_reopen(in, O_RDONLY);
+        int fd = sqz_inode_reopen(in, O_RDONLY);
         if (fd < 0) {
             rc = fd;
             goto out;
@@ -320,7 +321,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     }
     tmp_made = 0;
     if (fsync(dirfd) != 0)
-        sqz_logf(1, "%s: recompress: fsync of the directory failed: %s", label,
+        sqz_logf(SQZ_LOG_WARN, "%s: recompress: fsync of the directory failed: %s", label,
                  strerror(errno));
 
     /* Swap the inode over to the new backing file. */
@@ -330,7 +331,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
         rc = -errno;
         if (npfd >= 0)
             close(npfd);
-        sqz_logf(0, "%s: recompress: cannot reopen the new file: %s", label,
+        sqz_logf(SQZ_LOG_ERR, "%s: recompress: cannot reopen the new file: %s", label,
                  strerror(-rc));
         goto out;
     }
@@ -353,7 +354,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
         src.sf = NULL;
         int rc2 = sqz_file_close(old);
         if (rc2)
-            sqz_logf(1, "%s: recompress: closing the old file: %s", label,
+            sqz_logf(SQZ_LOG_WARN, "%s: recompress: closing the old file: %s", label,
                      strerror(-rc2));
     } else {
         rc = sqz_file_close(nsf);
@@ -361,7 +362,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     nsf = NULL;
     in->kind = sqz_content_handles_open(in) ? SQZ_K_CONTAINER : SQZ_K_UNKNOWN;
     sqz_content_invalidate(in);
-    sqz_logf(2, "%s: recompressed", label);
+    sqz_logf(SQZ_LOG_INFO, "%s: recompressed", label);
 
 out:
     if (nsf)
@@ -374,6 +375,6 @@ out:
         close(src.plain_fd);
     if (dirfd >= 0)
         close(dirfd);
-    pthread_rwlock_unlock(&in->io);
+    SQZ_RWUNLOCK(&in->io);
     return rc;
 }

@@ -64,7 +64,7 @@ static void write_holder(struct sqz_fs *fs)
         return;
     if (ftruncate(fs->wlock_fd, 0) != 0 ||
         pwrite(fs->wlock_fd, text, (size_t)len, 0) != len)
-        sqz_logf(1, "squeezefs: cannot record the writer in %s: %s",
+        sqz_logf(SQZ_LOG_WARN, "squeezefs: cannot record the writer in %s: %s",
                  SQZ_WLOCK_NAME, strerror(errno));
 }
 
@@ -110,7 +110,7 @@ int sqz_writer_lock(struct sqz_fs *fs, char *err, size_t errlen)
         return -EBUSY;
     }
     if (rc == -ENOLCK || rc == -EOPNOTSUPP || rc == -ENOSYS) {
-        sqz_logf(1, "squeezefs: %s cannot be locked (%s): a second "
+        sqz_logf(SQZ_LOG_WARN, "squeezefs: %s cannot be locked (%s): a second "
                     "read-write mount of it would not be detected",
                  fs->backing_real, strerror(-rc));
         close(fd);
@@ -137,7 +137,7 @@ int sqz_writer_lock_own(struct sqz_fs *fs)
          * second writer could slip in, only where OFD locks are missing) */
         int rc = set_lock(fs->wlock_fd, 0);
         if (rc < 0) {
-            sqz_logf(0, "squeezefs: lost the writer lock of %s: %s",
+            sqz_logf(SQZ_LOG_ERR, "squeezefs: lost the writer lock of %s: %s",
                      fs->backing_real, strerror(-rc));
             return rc;
         }

@@ -5,6 +5,17 @@
 #include "engine/pool.h"
 #include "testutil.h"
 
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
+
 #include <errno.h>
 #include <sys/resource.h>
 #include <signal.h>
@@ -1154,7 +1165,11 @@ static void test_write_overlap(void)
             (unsigned long long)st.blocks_compressed,
             (unsigned long long)(peak >> 10), (unsigned long long)dt);
     CHECK_EQ_INT(st.blocks_compressed, total >> 17);
-    CHECK(st.blocks_compressed_overlapped > 0);
+    /* Under ThreadSanitizer the writer's instrumented copies are many
+     * times slower than the (uninstrumented) zstd library: each batch is
+     * compressed before the next copy starts, so no overlap is expected. */
+    if (!UNDER_TSAN)
+        CHECK(st.blocks_compressed_overlapped > 0);
     CHECK(peak <= (8u << 20) + wsize);
     CHECK_EQ_INT(st.dirty_bytes, 0);
     /* read back through the engine and a separate container */

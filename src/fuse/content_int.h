@@ -1,0 +1,39 @@
+/* Private to the regular-file rooms of the FUSE layer:
+ *
+ *   content_kind.c  kind probing (cached per backing version), the
+ *                   attributes shown through the mount (getattr, lookup)
+ *   content_open.c  the shared sqz_file, creating containers, open,
+ *                   create, release, kept times, policy glue
+ *   content_io.c    read, write, flush, fsync, fallocate, truncate,
+ *                   commit, container figures, sync at unmount
+ *
+ * The functions other rooms (ops_*.c, recompress.c, durable.c) use are in
+ * fs.h; these are shared between content_*.c only. Locks:
+ * docs/LOCKING.md. */
+#ifndef SQZ_FUSE_CONTENT_INT_H
+#define SQZ_FUSE_CONTENT_INT_H
+
+#include "fuse/fs.h"
+
+/* content_kind.c: record the probe result of a backing version (takes
+ * meta). */
+void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
+                             enum sqz_kind kind, uint64_t len);
+
+/* content_open.c, all with io held exclusive: */
+/* Open the inode's shared sqz_file (read-only, or read-write for a
+ * writer; a read-only one is reopened read-write). */
+int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in,
+                          int want_write);
+/* Close the sf after its last handle, or queue it for its durable mark. */
+int sqz_content_close_sf(struct sqz_fs *fs, struct sqz_inode *in);
+/* Make an empty file a container (or PENDING for auto) per its policy;
+ * relpath_or_null: its path, or NULL to look it up. */
+int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in,
+                              const char *relpath_or_null);
+/* After container bookkeeping writes: put back the times the user set
+ * (takes meta, held across one utimensat). io held (shared or
+ * exclusive). */
+void sqz_content_restore_times(struct sqz_inode *in);
+
+#endif

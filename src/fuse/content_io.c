@@ -1,0 +1,336 @@
+/* Regular files, data I/O through a handle or an inode: read, write
+ * (materialising PENDING), flush, fsync, fallocate, truncate, commit,
+ * container figures, and the sync of every open file at unmount.
+ * Locks: docs/LOCKING.md (io, then meta). */
+#include "fuse/content_int.h"
+#include "common/lockorder.h"
+#include "common/fullio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
+                         size_t n, uint64_t off)
+{
+    (void)fs;
+    struct sqz_inode *in = h->inode;
+    if (h->plain_fd >= 0)
+        return sqz_pread_full(h->plain_fd, buf, n, off);
+    ssize_t r;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    if (in->kind == SQZ_K_CONTAINER && in->sf)
+        r = sqz_file_read(in->sf, buf, n, off);
+    else if (in->kind == SQZ_K_PENDING)
+        r = 0;
+    else
+        r = -EIO;
+    SQZ_RWUNLOCK(&in->io);
+    return r;
+}
+
+/* Before data is written: the times the user set no longer hold (see
+ * restore_kept_times). */
+static void note_write_begin(struct sqz_inode *in)
+{
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    in->utimes_kept = 0;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+static void note_write(struct sqz_inode *in)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    in->wtime = now;
+    in->wtime_set = 1;
+    in->utimes_kept = 0;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+/* Lock io shared with the inode out of PENDING (materialised with sample).
+ * Returns 0 with io held shared, or -errno with io not held. */
+static int rdlock_materialized(struct sqz_fs *fs, struct sqz_inode *in,
+                               const void *sample, size_t n)
+{
+    for (;;) {
+        SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+        if (in->kind != SQZ_K_PENDING)
+            return 0;
+        SQZ_RWUNLOCK(&in->io);
+        SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+        int rc = in->kind == SQZ_K_PENDING ? sqz_content_materialize_locked(fs, in, sample, n) : 0;
+        SQZ_RWUNLOCK(&in->io);
+        if (rc)
+            return rc;
+    }
+}
+
+ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
+                          const void *buf, size_t n, uint64_t off,
+                          int writepage)
+{
+    struct sqz_inode *in = h->inode;
+    if (!h->writable)
+        return -EBADF;
+    if (h->plain_fd >= 0) {
+        int r = sqz_pwrite_full(h->plain_fd, buf, n, off);
+        return r < 0 ? r : (ssize_t)n;
+    }
+    int rc = rdlock_materialized(fs, in, buf, n);
+    if (rc)
+        return rc;
+    ssize_t r;
+    note_write_begin(in);
+    if (!in->sf) {
+        r = -EIO;
+    } else if (h->append && !writepage) {
+        uint64_t at = 0;
+        r = sqz_file_append(in->sf, buf, n, &at);
+    } else {
+        r = sqz_file_write(in->sf, buf, n, off);
+    }
+    if (r > 0)
+        note_write(in);
+    SQZ_RWUNLOCK(&in->io);
+    return r;
+}
+
+int sqz_content_flush(struct sqz_fs *fs, struct sqz_handle *h)
+{
+    (void)fs;
+    struct sqz_inode *in = h->inode;
+    if (h->plain_fd >= 0)
+        return 0;
+    int rc = 0;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    if (in->kind == SQZ_K_CONTAINER && in->sf)
+        rc = sqz_file_flush(in->sf);
+    SQZ_RWUNLOCK(&in->io);
+    return rc;
+}
+
+int sqz_content_fsync(struct sqz_fs *fs, struct sqz_handle *h, int datasync)
+{
+    (void)fs;
+    struct sqz_inode *in = h->inode;
+    if (h->plain_fd >= 0) {
+        int r = datasync ? fdatasync(h->plain_fd) : fsync(h->plain_fd);
+        return r ? -errno : 0;
+    }
+    int rc = 0;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    if (in->kind == SQZ_K_CONTAINER && in->sf) {
+        rc = sqz_file_fsync(in->sf, datasync);
+        sqz_content_restore_times(in);
+    }
+    SQZ_RWUNLOCK(&in->io);
+    return rc;
+}
+
+int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
+                          uint64_t off, uint64_t len)
+{
+    struct sqz_inode *in = h->inode;
+    if (mode & ~FALLOC_FL_KEEP_SIZE)
+        return -EOPNOTSUPP;
+    if (!h->writable)
+        return -EBADF;
+    if (h->plain_fd >= 0)
+        return fallocate(h->plain_fd, mode, (off_t)off, (off_t)len) ? -errno : 0;
+    if (mode & FALLOC_FL_KEEP_SIZE)
+        return 0;
+    if (off + len < off || off + len > SQZ_MAX_LENGTH)
+        return -EFBIG;
+    /* Exclusive: the length check and the extension must not interleave
+     * with writes that extend the file. */
+    int rc = 0;
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+    if (in->kind == SQZ_K_PENDING)
+        rc = sqz_content_materialize_locked(fs, in, NULL, 0);
+    if (rc == 0 && !in->sf)
+        rc = -EIO;
+    if (rc == 0 && sqz_file_length(in->sf) < off + len) {
+        note_write_begin(in);
+        rc = sqz_file_truncate(in->sf, off + len);
+        if (rc == 0)
+            note_write(in);
+    }
+    SQZ_RWUNLOCK(&in->io);
+    return rc;
+}
+
+int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
+                         uint64_t size)
+{
+    if (fs->opts.ro)
+        return -EROFS;
+    if (size > SQZ_MAX_LENGTH)
+        return -EFBIG;
+    int rc = 0;
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    in->utimes_kept = 0; /* a size change is a data change */
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    struct stat bst;
+    rc = sqz_backing_stat(in, &bst);
+    enum sqz_kind kind = SQZ_K_UNKNOWN;
+    uint64_t len = 0;
+    if (rc == 0)
+        rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (rc)
+        goto out;
+    switch (kind) {
+    case SQZ_K_PENDING:
+        if (size > 0)
+            rc = sqz_content_materialize_locked(fs, in, NULL, 0);
+        if (rc == 0 && size > 0)
+            rc = sqz_file_truncate(in->sf, size);
+        break;
+    case SQZ_K_CONTAINER: {
+        int temp = in->sf == NULL;
+        rc = sqz_content_ensure_sf(fs, in, 1);
+        if (rc)
+            break;
+        rc = sqz_file_truncate(in->sf, size);
+        if (temp) {
+            int rc2 = sqz_content_close_sf(fs, in);
+            if (rc == 0)
+                rc = rc2;
+        }
+        sqz_content_invalidate(in);
+        break;
+    }
+    case SQZ_K_PLAIN:
+    case SQZ_K_DAMAGED: {
+        if (kind == SQZ_K_DAMAGED && size != 0) {
+            rc = -EIO;
+            break;
+        }
+        int fd = sqz_inode_reopen(in, O_WRONLY);
+        if (fd < 0) {
+            rc = fd;
+            break;
+        }
+        if (ftruncate(fd, (off_t)size) != 0)
+            rc = -errno;
+        close(fd);
+        sqz_content_invalidate(in);
+        /* An emptied plain file nobody holds open becomes a container. */
+        if (rc == 0 && size == 0 && !sqz_content_handles_open(in)) {
+            rc = sqz_content_convert_empty(fs, in, NULL);
+            if (in->sf) {
+                int rc2 = sqz_file_close(in->sf);
+                in->sf = NULL;
+                if (rc == 0)
+                    rc = rc2;
+            }
+            in->kind = SQZ_K_UNKNOWN;
+            sqz_content_invalidate(in);
+        }
+        break;
+    }
+    default:
+        rc = -EIO;
+    }
+out:
+    SQZ_RWUNLOCK(&in->io);
+    return rc;
+}
+
+int sqz_content_commit(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    (void)fs;
+    int rc = 0;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    if (in->sf)
+        rc = sqz_file_flush(in->sf);
+    SQZ_RWUNLOCK(&in->io);
+    return rc;
+}
+
+int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
+                         struct sqz_ctr_stat *st)
+{
+    if (in->type != S_IFREG)
+        return -ENODATA;
+    int rc;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    if (in->sf && in->kind == SQZ_K_CONTAINER) {
+        rc = sqz_file_flush(in->sf);
+        if (rc == 0)
+            rc = sqz_file_stat(in->sf, st);
+        SQZ_RWUNLOCK(&in->io);
+        return rc;
+    }
+    struct stat bst;
+    enum sqz_kind kind;
+    uint64_t len;
+    rc = sqz_backing_stat(in, &bst);
+    if (rc == 0)
+        rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (rc == 0 && kind != SQZ_K_CONTAINER)
+        rc = kind == SQZ_K_DAMAGED ? -EIO : -ENODATA;
+    if (rc == 0) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        int fd = sqz_inode_reopen(in, O_RDONLY);
+        sqz_ctr *c = NULL;
+        rc = fd < 0 ? fd : sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &c);
+        if (rc == 0) {
+            rc = sqz_ctr_stat(c, st);
+            sqz_ctr_close(c);
+        } else if (rc == -EBADMSG) {
+            rc = -EIO;
+        }
+    }
+    SQZ_RWUNLOCK(&in->io);
+    return rc;
+}
+
+struct sync_ctx {
+    int first;
+};
+
+/* Commit and fsync the inode's open sf, if any (foreach: no lock held). */
+static void sync_one(struct sqz_fs *fs, struct sqz_inode *in, void *user)
+{
+    struct sync_ctx *x = user;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    /* the second sync makes the durable mark of the first durable: a
+     * clean unmount is a durable state */
+    int rc = in->sf ? sqz_file_fsync(in->sf, 0) : 0;
+    if (rc == 0 && in->sf)
+        rc = sqz_file_fsync(in->sf, 1);
+    SQZ_RWUNLOCK(&in->io);
+    if (rc < 0) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_ERR, "%s: sync at unmount failed: %s", label,
+                 strerror(-rc));
+        if (x->first == 0)
+            x->first = rc;
+    }
+}
+
+/* Called from destroy, when no request is in flight any more. */
+int sqz_content_sync_all(struct sqz_fs *fs)
+{
+    int first = sqz_engine_flush_all(fs->engine);
+    struct sync_ctx x = {0};
+    int rc = sqz_itable_foreach(fs, sync_one, &x);
+    if (first == 0)
+        first = x.first;
+    if (rc < 0 && first == 0)
+        first = rc;
+    /* closed files waiting for their mark */
+    rc = sqz_durable_finish(fs);
+    if (rc < 0 && first == 0)
+        first = rc;
+    return first;
+}

@@ -1,0 +1,198 @@
+/* Regular files, kind probing: which kind of backing file an inode is
+ * (container / pre-existing plain file / damaged / pending auto), cached
+ * per backing version, and the attributes shown through the mount
+ * (logical size of containers): getattr and lookup. Locks: docs/LOCKING.md
+ * (io, then meta). */
+#include "fuse/content_int.h"
+#include "common/lockorder.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+void sqz_bkey_of(const struct stat *st, struct sqz_bkey *k)
+{
+    memset(k, 0, sizeof(*k));
+    k->ino = st->st_ino;
+    k->size = st->st_size;
+    k->mtime = st->st_mtim;
+    k->ctime = st->st_ctim;
+}
+
+int sqz_bkey_eq(const struct sqz_bkey *a, const struct sqz_bkey *b)
+{
+    return a->ino == b->ino && a->size == b->size &&
+           a->mtime.tv_sec == b->mtime.tv_sec &&
+           a->mtime.tv_nsec == b->mtime.tv_nsec &&
+           a->ctime.tv_sec == b->ctime.tv_sec &&
+           a->ctime.tv_nsec == b->ctime.tv_nsec;
+}
+
+void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
+                        enum sqz_kind kind, uint64_t len)
+{
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    sqz_bkey_of(bst, &in->probe_key);
+    in->probe_kind = kind;
+    in->probe_len = len;
+    in->probe_valid = 1;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+/* Kind and logical length of a regular file that has no open handle
+ * (cached per backing version). Caller holds io (shared or exclusive). */
+static int probe(struct sqz_fs *fs, struct sqz_inode *in,
+                 const struct stat *bst, enum sqz_kind *kind, uint64_t *len)
+{
+    SQZ_ASSERT_HELD(&in->io);
+    struct sqz_bkey k;
+    sqz_bkey_of(bst, &k);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (in->probe_valid && sqz_bkey_eq(&k, &in->probe_key)) {
+        *kind = in->probe_kind;
+        *len = in->probe_len;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+        return 0;
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+
+    if (bst->st_size == 0) {
+        *kind = SQZ_K_PLAIN;
+        *len = 0;
+        sqz_content_probe_store(in, bst, *kind, *len);
+        return 0;
+    }
+    int fd = sqz_inode_reopen(in, O_RDONLY);
+    if (fd < 0)
+        return fd;
+    int p = sqz_ctr_probe_fd(fd);
+    if (p == 0) {
+        close(fd);
+        *kind = SQZ_K_PLAIN;
+        *len = (uint64_t)bst->st_size;
+    } else if (p == 1 || p == -EBADMSG) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_ctr *c = NULL;
+        /* a container that cannot be opened still shows the length its
+         * newest durable mark recorded (reads give EIO): damage never
+         * makes a file look shorter */
+        uint64_t marked = 0;
+        int have_marked = sqz_ctr_marked_length_fd(fd, &marked) == 0;
+        int rc = p == 1 ? sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &c)
+                        : (close(fd), -EBADMSG);
+        if (rc == 0) {
+            *kind = SQZ_K_CONTAINER;
+            *len = sqz_ctr_length(c);
+            sqz_ctr_close(c);
+        } else if (rc == -EBADMSG) {
+            *kind = SQZ_K_DAMAGED;
+            *len = have_marked ? marked : (uint64_t)bst->st_size;
+        } else {
+            return rc;
+        }
+    } else {
+        close(fd);
+        return p;
+    }
+    sqz_content_probe_store(in, bst, *kind, *len);
+    return 0;
+}
+
+void sqz_content_invalidate(struct sqz_inode *in)
+{
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    in->probe_valid = 0;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+int sqz_content_handles_open(const struct sqz_inode *in)
+{
+    return in->sf_users > 0 || in->plain_users > 0;
+}
+
+/* Current kind (caller holds io). */
+int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                            const struct stat *bst, enum sqz_kind *kind,
+                            uint64_t *len)
+{
+    SQZ_ASSERT_HELD(&in->io);
+    if (sqz_content_handles_open(in) && in->kind != SQZ_K_UNKNOWN) {
+        *kind = in->kind;
+        if (in->kind == SQZ_K_CONTAINER && in->sf)
+            *len = sqz_file_length(in->sf);
+        else if (in->kind == SQZ_K_PENDING)
+            *len = 0;
+        else
+            *len = (uint64_t)bst->st_size;
+        return 0;
+    }
+    return probe(fs, in, bst, kind, len);
+}
+
+void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
+                          struct stat *st)
+{
+    enum sqz_kind kind;
+    uint64_t len = (uint64_t)st->st_size;
+    int dirty = 0;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    if (sqz_content_kind_locked(fs, in, st, &kind, &len) != 0) {
+        SQZ_RWUNLOCK(&in->io);
+        return; /* show the backing figures */
+    }
+    if (kind == SQZ_K_CONTAINER && in->sf)
+        dirty = sqz_file_dirty(in->sf);
+    SQZ_RWUNLOCK(&in->io);
+
+    if (kind == SQZ_K_PLAIN)
+        return;
+    st->st_size = (off_t)len;
+    if (len > 0 && st->st_blocks == 0)
+        st->st_blocks = 8;
+    if (dirty) {
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        if (in->wtime_set &&
+            (in->wtime.tv_sec > st->st_mtim.tv_sec ||
+             (in->wtime.tv_sec == st->st_mtim.tv_sec &&
+              in->wtime.tv_nsec > st->st_mtim.tv_nsec))) {
+            st->st_mtim = in->wtime;
+            st->st_ctim = in->wtime;
+        }
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
+}
+
+/* ---- attributes shown through the mount ---- */
+
+int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st)
+{
+    int rc = sqz_backing_stat(in, st);
+    if (rc)
+        return rc;
+    if (S_ISREG(st->st_mode))
+        sqz_content_fix_stat(fs, in, st);
+    return 0;
+}
+
+int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
+                  const char *name, struct fuse_entry_param *e)
+{
+    memset(e, 0, sizeof(*e));
+    struct sqz_inode *in;
+    struct stat st;
+    int rc = sqz_inode_lookup(fs, parent, name, &st, &in);
+    if (rc)
+        return rc;
+    if (S_ISREG(st.st_mode))
+        sqz_content_fix_stat(fs, in, &st);
+    e->ino = sqz_nodeid(fs, in);
+    e->attr = st;
+    e->attr_timeout = fs->timeout;
+    e->entry_timeout = fs->timeout;
+    return 0;
+}

@@ -1,0 +1,441 @@
+/* Regular files, open handles: the shared sqz_file of a container
+ * (read-only view, reopened read-write by the first writer), creating
+ * containers per the policy (or PENDING for auto), open, create, release
+ * (close or queue for the durable mark), the user's kept times, and the
+ * policy glue. Locks: docs/LOCKING.md (io, then meta). */
+#include "fuse/content_int.h"
+#include "common/lockorder.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int sqz_resolve(struct sqz_fs *fs, const char *relpath, sqz_resolved *out)
+{
+    return sqz_policy_resolve(fs->root_dirfd, relpath, fs->rules,
+                              fs->rules_name, &fs->opts.spec, out);
+}
+
+void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s, sqz_params *p)
+{
+    memset(p, 0, sizeof(*p));
+    p->alg = s->alg;
+    p->level = s->level;
+    p->log2bs = s->log2bs ? s->log2bs : fs->opts.spec.log2bs;
+    p->min_saving = fs->opts.min_saving;
+    p->auto_mode = (uint8_t)s->auto_mode;
+}
+
+/* Open the shared sqz_file of a container (caller holds io exclusive).
+ * Read-only users get a read-only container, so reading never modifies
+ * BACKING (no tail repair); the first writer reopens it read-write (safe:
+ * a read-only sf has no dirty data, and io exclusive keeps readers out). */
+int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_write)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    if (in->sf && (in->sf_rw || !want_write))
+        return 0;
+    if (want_write && fs->opts.ro)
+        return -EROFS;
+    /* closed and still waiting for its durable mark: the queued container
+     * is the one writer of this file (read-write; no reopen) */
+    sqz_ctr *queued = sqz_durable_take_locked(in);
+    if (queued) {
+        sqz_file *nsf = NULL;
+        int rc = sqz_file_new(fs->engine, queued, &nsf);
+        if (rc)
+            return rc;
+        if (in->sf)
+            sqz_file_close(in->sf); /* a read-only view: nothing dirty */
+        in->sf = nsf;
+        in->sf_rw = 1;
+        return 0;
+    }
+    char label[PATH_MAX];
+    sqz_inode_label(fs, in, label, sizeof(label));
+    int mode = want_write ? SQZ_OPEN_RDWR : SQZ_OPEN_RDONLY;
+    int fd = sqz_inode_reopen(in, want_write ? O_RDWR : O_RDONLY);
+    if (fd < 0)
+        return fd;
+    sqz_ctr *c = NULL;
+    int rc = sqz_ctr_open_fd(fd, mode, label, &c);
+    if (rc == -EBADMSG) {
+        sqz_logf(SQZ_LOG_ERR, "%s: damaged container header: %s", label, strerror(-rc));
+        sqz_content_invalidate(in);
+        return -EIO;
+    }
+    if (rc)
+        return rc;
+    sqz_file *nsf = NULL;
+    rc = sqz_file_new(fs->engine, c, &nsf);
+    if (rc)
+        return rc;
+    if (in->sf) {
+        int rc2 = sqz_file_close(in->sf);
+        if (rc2)
+            sqz_logf(SQZ_LOG_WARN, "%s: closing the read-only view: %s", label,
+                     strerror(-rc2));
+    }
+    in->sf = nsf;
+    in->sf_rw = want_write;
+    return 0;
+}
+
+/* Write a fresh container into the (empty) backing file and open it as the
+ * inode's sf. Caller holds io exclusive. */
+static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
+                          const sqz_params *p)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    char label[PATH_MAX];
+    sqz_inode_label(fs, in, label, sizeof(label));
+    char err[256] = "";
+    if (sqz_params_check(p, err, sizeof(err)) != 0) {
+        sqz_logf(SQZ_LOG_ERR, "%s: invalid compression parameters: %s", label, err);
+        return -EINVAL;
+    }
+    int fd = sqz_inode_reopen(in, O_RDWR);
+    if (fd < 0)
+        return fd;
+    sqz_ctr *c = NULL;
+    int rc = sqz_ctr_create_fd(fd, p, label, &c);
+    if (rc)
+        return rc;
+    rc = sqz_file_new(fs->engine, c, &in->sf);
+    if (rc) {
+        in->sf = NULL;
+        return rc;
+    }
+    in->sf_rw = 1;
+    in->kind = SQZ_K_CONTAINER;
+    sqz_content_invalidate(in);
+    return 0;
+}
+
+/* Decide the policy of an empty file and turn it into a container, or into
+ * PENDING for auto specs. Caller holds io exclusive. */
+int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in,
+                         const char *relpath_or_null)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    char rel[PATH_MAX];
+    if (relpath_or_null) {
+        snprintf(rel, sizeof(rel), "%s", relpath_or_null);
+    } else {
+        int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
+        if (rc)
+            return rc;
+    }
+    sqz_resolved r;
+    int rc = sqz_resolve(fs, rel, &r);
+    if (rc)
+        return rc;
+    sqz_params p;
+    sqz_params_from_spec(fs, &r.spec, &p);
+    if (r.spec.auto_mode != SQZ_AUTO_NONE) {
+        in->pending = p;
+        in->kind = SQZ_K_PENDING;
+        return 0;
+    }
+    return make_container(fs, in, &p);
+}
+
+/* Below this much data a trial compression says little (a first log line
+ * would decide the file's algorithm forever): take zstd's default. */
+#define AUTO_MIN_SAMPLE 4096
+
+/* PENDING -> CONTAINER: pick the algorithm from the first data written.
+ * Caller holds io exclusive. */
+int sqz_content_materialize_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                                   const void *sample, size_t n)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    sqz_params p = in->pending;
+    size_t cap = (size_t)4 << p.log2bs;
+    if (n > cap)
+        n = cap;
+    if (sample && n >= AUTO_MIN_SAMPLE) {
+        int rc = sqz_auto_choose(p.auto_mode, sample, n, p.log2bs, &p.alg,
+                                 &p.level);
+        if (rc)
+            return rc;
+    } else {
+        p.alg = SQZ_ALG_ZSTD;
+        p.level = sqz_level_default(SQZ_ALG_ZSTD);
+    }
+    return make_container(fs, in, &p);
+}
+
+static void record_kc(struct sqz_inode *in)
+{
+    struct stat st;
+    if (sqz_backing_stat(in, &st) != 0)
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    sqz_bkey_of(&st, &in->kc_key);
+    in->kc_valid = 1;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
+                     struct sqz_handle *h, int *keep_cache)
+{
+    int acc = flags & O_ACCMODE;
+    int writable = acc != O_RDONLY;
+    int rc = 0;
+    memset(h, 0, sizeof(*h));
+    h->inode = in;
+    h->plain_fd = -1;
+    *keep_cache = 0;
+    if (writable && fs->opts.ro)
+        return -EROFS;
+
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+    struct stat bst;
+    rc = sqz_backing_stat(in, &bst);
+    if (rc)
+        goto out;
+    struct sqz_bkey before;
+    sqz_bkey_of(&bst, &before);
+    enum sqz_kind kind;
+    uint64_t len;
+    rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (rc)
+        goto out;
+    int changed = 0;
+
+    if ((flags & O_TRUNC) && writable) {
+        if (kind == SQZ_K_CONTAINER) {
+            if (len > 0) {
+                rc = sqz_content_ensure_sf(fs, in, 1);
+                if (rc == 0)
+                    rc = sqz_file_truncate(in->sf, 0);
+                if (rc)
+                    goto out_close_unused;
+                changed = 1;
+            }
+        } else if ((kind == SQZ_K_PLAIN || kind == SQZ_K_DAMAGED) &&
+                   in->plain_users == 0 && in->sf_users == 0) {
+            if (bst.st_size > 0) {
+                int fd = sqz_inode_reopen(in, O_WRONLY | O_TRUNC);
+                if (fd < 0) {
+                    rc = fd;
+                    goto out;
+                }
+                close(fd);
+                changed = 1;
+            }
+            kind = SQZ_K_PLAIN;
+            bst.st_size = 0;
+        }
+    }
+    if (kind == SQZ_K_PLAIN && writable && bst.st_size == 0 &&
+        in->plain_users == 0 && in->sf_users == 0) {
+        rc = sqz_content_convert_empty(fs, in, NULL);
+        if (rc)
+            goto out;
+        kind = in->kind;
+        changed = 1;
+    }
+
+    switch (kind) {
+    case SQZ_K_DAMAGED: {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_ERR, "%s: damaged container header, refusing to open", label);
+        rc = -EIO;
+        goto out;
+    }
+    case SQZ_K_PLAIN: {
+        int pf = flags & (O_ACCMODE | O_APPEND | O_SYNC | O_DSYNC | O_NOATIME);
+        if ((flags & O_TRUNC) && writable)
+            pf |= O_TRUNC;
+        int fd = sqz_inode_reopen(in, pf);
+        if (fd < 0 && (pf & O_NOATIME)) /* EPERM for non-owners */
+            fd = sqz_inode_reopen(in, pf & ~O_NOATIME);
+        if (fd < 0) {
+            rc = fd;
+            goto out;
+        }
+        h->plain_fd = fd;
+        in->plain_users++;
+        break;
+    }
+    case SQZ_K_CONTAINER:
+        rc = sqz_content_ensure_sf(fs, in, writable);
+        if (rc)
+            goto out;
+        in->sf_users++;
+        break;
+    case SQZ_K_PENDING:
+        in->sf_users++;
+        break;
+    default:
+        rc = -EIO;
+        goto out;
+    }
+    in->kind = kind;
+    h->append = (flags & O_APPEND) != 0;
+    h->writable = writable;
+
+    /* keep_cache when nothing changed since the previous open/release. */
+    if (!changed) {
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        *keep_cache = in->kc_valid && sqz_bkey_eq(&in->kc_key, &before);
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
+    record_kc(in);
+    SQZ_RWUNLOCK(&in->io);
+    sqz_inode_open_ref(fs, in);
+    return 0;
+
+out_close_unused:
+    if (!sqz_content_handles_open(in) && in->sf) {
+        sqz_file_close(in->sf);
+        in->sf = NULL;
+    }
+out:
+    SQZ_RWUNLOCK(&in->io);
+    return rc;
+}
+
+int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
+                       const char *relpath, int flags, struct sqz_handle *h)
+{
+    memset(h, 0, sizeof(*h));
+    h->inode = in;
+    h->plain_fd = -1;
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+    int rc = sqz_content_convert_empty(fs, in, relpath);
+    if (rc == 0) {
+        in->sf_users++;
+        h->append = (flags & O_APPEND) != 0;
+        h->writable = (flags & O_ACCMODE) != O_RDONLY;
+        record_kc(in);
+    }
+    SQZ_RWUNLOCK(&in->io);
+    if (rc == 0)
+        sqz_inode_open_ref(fs, in);
+    return rc;
+}
+
+void sqz_content_keep_times(struct sqz_inode *in)
+{
+    struct stat bst;
+    if (sqz_backing_stat(in, &bst) != 0)
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    in->utimes[0] = bst.st_atim;
+    in->utimes[1] = bst.st_mtim;
+    in->utimes_kept = 1;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+/* After the container wrote bookkeeping (not user data) to the backing
+ * file, put back the times the user set. */
+void sqz_content_restore_times(struct sqz_inode *in)
+{
+    SQZ_ASSERT_HELD(&in->io);
+    /* meta is held across the check and the utimensat: a writer clears
+     * utimes_kept (note_write_begin) before its data can reach the backing
+     * file, so the user's old times are never put back on new data */
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (in->utimes_kept) {
+        struct timespec tv[2] = {in->utimes[0], in->utimes[1]};
+        char pp[64];
+        sqz_proc_path(in->fd, pp, sizeof(pp));
+        if (utimensat(AT_FDCWD, pp, tv, 0) != 0)
+            sqz_logf(SQZ_LOG_WARN, "squeezefs: restoring file times failed: %s",
+                     strerror(errno));
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+/* Dead space (replaced blocks) is only reclaimed at a checkpoint, which the
+ * container writes on fsync. A file that is appended to and closed many
+ * times without fsync (a log) would grow without bound, so the last close
+ * checkpoints when the dead bytes outweigh the live ones (amortised: two
+ * fdatasyncs per that much rewritten data). Caller holds io exclusive and
+ * is the last user of sf. */
+#define RECLAIM_MIN_DEAD (4u << 20)
+static void reclaim_if_wasteful(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    if (sqz_file_flush(in->sf) != 0)
+        return; /* the close reports the error */
+    struct sqz_ctr_stat st;
+    if (sqz_file_stat(in->sf, &st) != 0)
+        return;
+    if (st.dead_bytes < RECLAIM_MIN_DEAD || st.dead_bytes < st.compressed_bytes)
+        return;
+    int rc = sqz_ctr_checkpoint(sqz_file_ctr(in->sf));
+    if (rc) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_WARN, "%s: reclaiming dead space failed: %s", label, strerror(-rc));
+    }
+}
+
+/* Close the inode's sf after its last handle. A container written in this
+ * mount and not yet marked durable is queued for a batched durable mark
+ * (durable.c) instead of being closed: close never fsyncs. io exclusive. */
+int sqz_content_close_sf(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    sqz_file *sf = in->sf;
+    in->sf = NULL;
+    if (!in->sf_rw || !fs->durable)
+        return sqz_file_close(sf);
+    sqz_ctr *kept = NULL;
+    int rc = sqz_file_close_keep(sf, &kept);
+    if (!kept)
+        return rc;
+    if (sqz_ctr_unmarked(kept) && sqz_durable_defer_locked(fs, in, kept) == 0)
+        return 0;
+    return sqz_ctr_close(kept);
+}
+
+int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
+{
+    struct sqz_inode *in = h->inode;
+    int rc = 0;
+    if (h->plain_fd < 0)
+        sqz_durable_wait_room(fs);
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+    if (h->plain_fd >= 0) {
+        if (close(h->plain_fd) != 0)
+            rc = -errno;
+        h->plain_fd = -1;
+        if (in->plain_users > 0)
+            in->plain_users--;
+    } else {
+        if (in->sf_users > 0)
+            in->sf_users--;
+        if (in->sf_users == 0 && in->sf) {
+            if (in->sf_rw)
+                reclaim_if_wasteful(fs, in);
+            uint64_t len = sqz_file_length(in->sf);
+            rc = sqz_content_close_sf(fs, in);
+            sqz_content_restore_times(in);
+            struct stat bst;
+            if (rc == 0 && sqz_backing_stat(in, &bst) == 0)
+                sqz_content_probe_store(in, &bst, SQZ_K_CONTAINER, len);
+            else
+                sqz_content_invalidate(in);
+        }
+    }
+    if (!sqz_content_handles_open(in)) {
+        in->kind = SQZ_K_UNKNOWN;
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->wtime_set = 0;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
+    record_kc(in);
+    SQZ_RWUNLOCK(&in->io);
+    sqz_inode_open_unref(fs, in);
+    return rc;
+}
