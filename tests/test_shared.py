@@ -56,3 +56,39 @@ def test_lock_goes_with_a_killed_writer(mount_factory, tmp_path):
     # after a clean unmount the next writer mounts too
     w3 = mount_factory(backing=backing, name="w3")
     assert w3.unmount() == 0, w3.log()
+
+
+def test_reader_open_after_writer_fsync_sees_new_bytes(mount_factory, tmp_path):
+    """Close-to-open across mounts: a reader that keeps the file open (so
+    its view stays loaded) still gets the new content from every open after
+    the writer's fsync, never bytes that were never in the file."""
+    import time
+    backing = tmp_path / "shared"
+    w = mount_factory(backing=backing, name="w")
+    r = mount_factory(options=["ro"], backing=backing, name="r")
+    old = bytes(range(256)) * 400
+    with open(w.path("f"), "wb") as f:
+        f.write(old)
+        f.flush()
+        os.fsync(f.fileno())
+    held = open(r.path("f"), "rb")  # keeps the reader's view loaded
+    assert held.read() == old
+    # in-place overwrite of 20 bytes in the middle, fsync'ed
+    new = bytearray(old)
+    new[50000:50020] = b"X" * 20
+    fd = os.open(w.path("f"), os.O_WRONLY)
+    os.pwrite(fd, b"X" * 20, 50000)
+    os.fsync(fd)
+    with open(r.path("f"), "rb") as g:
+        assert g.read() == bytes(new), "a reader's open after the writer's fsync saw old bytes"
+    # growth: visible to opens after the attribute timeout (1 s)
+    os.pwrite(fd, b"tail" * 1000, len(new))
+    os.fsync(fd)
+    os.close(fd)
+    new += b"tail" * 1000
+    time.sleep(1.2)
+    with open(r.path("f"), "rb") as g:
+        assert g.read() == bytes(new)
+    held.close()
+    for m in (r, w):
+        assert m.unmount() == 0, m.log()

@@ -116,12 +116,25 @@ int sqz_content_handles_open(const struct sqz_inode *in)
 }
 
 /* Current kind (caller holds io). */
+/* A read-only view of a container that changed since it was opened
+ * (another mount wrote it): its length is not the file's any more; the
+ * next open replaces the view (content_open.c). */
+static int stale_ro_view(const struct sqz_inode *in, const struct stat *bst)
+{
+    if (in->kind != SQZ_K_CONTAINER || !in->sf || in->sf_rw)
+        return 0;
+    struct sqz_bkey now;
+    sqz_bkey_of(bst, &now);
+    return !sqz_bkey_eq(&now, &in->sf_key);
+}
+
 int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
                             const struct stat *bst, enum sqz_kind *kind,
                             uint64_t *len)
 {
     SQZ_ASSERT_HELD(&in->io);
-    if (sqz_content_handles_open(in) && in->kind != SQZ_K_UNKNOWN) {
+    if (sqz_content_handles_open(in) && in->kind != SQZ_K_UNKNOWN &&
+        !stale_ro_view(in, bst)) {
         *kind = in->kind;
         if (in->kind == SQZ_K_CONTAINER && in->sf)
             *len = sqz_file_length(in->sf);

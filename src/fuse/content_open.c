@@ -61,6 +61,13 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
     int fd = sqz_inode_reopen(in, want_write ? O_RDWR : O_RDONLY);
     if (fd < 0)
         return fd;
+    /* the version this view shows: taken before the replay reads it (a
+     * change after this is seen again at the next open) */
+    struct stat kst;
+    if (fstat(fd, &kst) == 0)
+        sqz_bkey_of(&kst, &in->sf_key);
+    else
+        memset(&in->sf_key, 0, sizeof(in->sf_key));
     sqz_ctr *c = NULL;
     int rc = sqz_ctr_open_fd(fd, mode, label, &c);
     if (rc == -EBADMSG) {
@@ -82,6 +89,34 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
     }
     in->sf = nsf;
     in->sf_rw = want_write;
+    return 0;
+}
+
+/* Close-to-open consistency: a read-only view (another mount, the one
+ * writer of BACKING, may change the file) opened before the backing file
+ * last changed is replaced by a fresh one at the next open, so every open
+ * after a writer's close or fsync sees the new content (and the kernel's
+ * cached pages are dropped: *changed). Caller holds io exclusive, which
+ * keeps the readers of the old view out. */
+static int refresh_ro_view(struct sqz_fs *fs, struct sqz_inode *in,
+                           const struct stat *bst, int *changed)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    if (!in->sf || in->sf_rw)
+        return 0;
+    struct sqz_bkey now;
+    sqz_bkey_of(bst, &now);
+    if (sqz_bkey_eq(&now, &in->sf_key))
+        return 0;
+    sqz_file *old = in->sf;
+    in->sf = NULL;
+    int rc = sqz_content_ensure_sf(fs, in, 0);
+    if (rc) {
+        in->sf = old; /* keep serving the old view; this open fails */
+        return rc;
+    }
+    sqz_file_close(old); /* read-only: nothing to commit */
+    *changed = 1;
     return 0;
 }
 
@@ -266,7 +301,9 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         break;
     }
     case SQZ_K_CONTAINER:
-        rc = sqz_content_ensure_sf(fs, in, writable);
+        rc = refresh_ro_view(fs, in, &bst, &changed);
+        if (rc == 0)
+            rc = sqz_content_ensure_sf(fs, in, writable);
         if (rc)
             goto out;
         in->sf_users++;

@@ -70,6 +70,7 @@ struct sqz_inode {
     enum sqz_kind kind;  /* meaningful while sf_users or plain_users > 0 */
     sqz_file *sf;        /* shared engine file (CONTAINER) */
     int sf_rw;           /* sf's container is open read-write */
+    struct sqz_bkey sf_key; /* backing version a read-only sf was opened at */
     unsigned sf_users;   /* handles using sf / PENDING */
     unsigned plain_users;/* handles holding their own plain fd */
     sqz_params pending;  /* PENDING: block size, min_saving, auto mode */
