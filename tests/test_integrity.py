@@ -61,7 +61,11 @@ def records(path):
     while pos + 32 <= len(buf):
         magic, typ = struct.unpack_from("<IB", buf, pos)
         if magic != REC_MAGIC or typ not in (DATA, COMMIT, CHECKPOINT):
-            break
+            # dead space reclaimed by a checkpoint is punched (zeros) and
+            # the bytes around it are partial dead records: records are
+            # 8-aligned, so look for the next one
+            pos += 8
+            continue
         plen = struct.unpack_from("<I", buf, pos + 24)[0]
         size = (32 + plen + 7) & ~7
         if pos + size > len(buf):
