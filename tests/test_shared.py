@@ -92,3 +92,45 @@ def test_reader_open_after_writer_fsync_sees_new_bytes(mount_factory, tmp_path):
     held.close()
     for m in (r, w):
         assert m.unmount() == 0, m.log()
+
+
+def test_open_descriptor_sees_changes_within_revalidate(mount_factory, tmp_path):
+    """A descriptor a reader keeps open shows the writer's fsync'ed change
+    within about revalidate= seconds (default 1), cached pages included."""
+    import time
+    backing = tmp_path / "shared"
+    w = mount_factory(backing=backing, name="w")
+    r = mount_factory(options=["ro", "revalidate=1"], backing=backing, name="r")
+    old = b"A" * 300000
+    with open(w.path("f"), "wb") as f:
+        f.write(old)
+        f.flush()
+        os.fsync(f.fileno())
+    held = os.open(r.path("f"), os.O_RDONLY)
+    assert os.pread(held, len(old), 0) == old  # now in the kernel's page cache
+    fd = os.open(w.path("f"), os.O_WRONLY)
+    os.pwrite(fd, b"B" * 20, 150000)
+    os.fsync(fd)
+    os.close(fd)
+    new = old[:150000] + b"B" * 20 + old[150020:]
+    deadline = time.time() + 4
+    got = None
+    while time.time() < deadline:
+        got = os.pread(held, len(old), 0)
+        assert got in (old, new), "a mix of old and new bytes"
+        if got == new:
+            break
+        time.sleep(0.2)
+    os.close(held)
+    assert got == new, "the open descriptor still shows the old bytes after 4 s"
+    for m in (r, w):
+        assert m.unmount() == 0, m.log()
+
+
+def test_revalidate_option_is_checked(mount_factory, tmp_path):
+    for bad in ("revalidate=-1", "revalidate=x", "revalidate=86401", "revalidate"):
+        with pytest.raises(RuntimeError) as ei:
+            mount_factory(options=["ro", bad], name="bad")
+        assert "revalidate=" in str(ei.value)
+    m = mount_factory(options=["ro", "revalidate=0"], name="ok")
+    assert m.unmount() == 0

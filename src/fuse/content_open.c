@@ -98,8 +98,8 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
  * after a writer's close or fsync sees the new content (and the kernel's
  * cached pages are dropped: *changed). Caller holds io exclusive, which
  * keeps the readers of the old view out. */
-static int refresh_ro_view(struct sqz_fs *fs, struct sqz_inode *in,
-                           const struct stat *bst, int *changed)
+int sqz_content_refresh_view_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                                    const struct stat *bst, int *changed)
 {
     SQZ_ASSERT_EXCL(&in->io);
     if (!in->sf || in->sf_rw)
@@ -301,7 +301,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         break;
     }
     case SQZ_K_CONTAINER:
-        rc = refresh_ro_view(fs, in, &bst, &changed);
+        rc = sqz_content_refresh_view_locked(fs, in, &bst, &changed);
         if (rc == 0)
             rc = sqz_content_ensure_sf(fs, in, writable);
         if (rc)

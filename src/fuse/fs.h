@@ -128,6 +128,8 @@ struct sqz_fs {
 
     struct sqz_durable *durable; /* durable.c; NULL before start */
     int wlock_fd;               /* wlock.c: the writer lock (-1: none) */
+    struct fuse_session *se;    /* for kernel cache invalidation */
+    struct sqz_reval *reval;    /* revalidate.c; NULL if not running */
     int wlock_posix;            /* it is a per-process POSIX lock */
 
     pthread_mutex_t itable_lock;
@@ -277,6 +279,17 @@ int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
 sqz_ctr *sqz_durable_take_locked(struct sqz_inode *in);
 void sqz_durable_stats(struct sqz_fs *fs, uint64_t *queued, uint64_t *marked,
                        uint64_t *batches, uint64_t *failures);
+
+/* ---- content_open.c / revalidate.c: views of files another mount writes ---- */
+/* io exclusive: replace a read-only view of a container whose backing file
+ * changed since the view was opened (*changed = 1 then). */
+int sqz_content_refresh_view_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                                    const struct stat *bst, int *changed);
+/* Read-only mounts with revalidate=N: a thread that refreshes the views of
+ * open files every N seconds and drops the kernel's cached pages of the
+ * changed ones. */
+int sqz_revalidate_start(struct sqz_fs *fs);
+void sqz_revalidate_stop(struct sqz_fs *fs);
 
 /* ---- wlock.c: one read-write mount per BACKING ---- */
 /* Before mounting (read-write mounts only): take the writer lock. -EBUSY

@@ -279,6 +279,7 @@ static int ncores(void)
 
 static void teardown(struct sqz_fs *fs)
 {
+    sqz_revalidate_stop(fs);
     sqz_durable_free(fs);
     int rc = sqz_itable_free(fs);
     if (rc && g_destroy_rc == 0)
@@ -350,6 +351,7 @@ int sqz_mount_main(int argc, char **argv)
         return 1;
     }
     struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), fs);
+    fs->se = se;
     fuse_opt_free_args(&args);
     if (!se) {
         fprintf(stderr, "squeezefs: bad FUSE options (see --help)\n");
@@ -404,6 +406,11 @@ int sqz_mount_main(int argc, char **argv)
         sqz_logf(SQZ_LOG_ERR, "cannot start the durability thread: %s", strerror(-rc));
         goto out_unmount;
     }
+    if ((rc = sqz_revalidate_start(fs)) < 0) {
+        sqz_logf(SQZ_LOG_ERR, "cannot start the revalidation thread: %s",
+                 strerror(-rc));
+        goto out_unmount;
+    }
 
     if (cl.single) {
         rc = fuse_session_loop(se);
@@ -424,6 +431,7 @@ int sqz_mount_main(int argc, char **argv)
         sqz_logf(SQZ_LOG_ERR, "request loop failed: %s", strerror(-rc));
 
 out_unmount:
+    sqz_revalidate_stop(fs); /* it notifies the kernel through se */
     fuse_session_unmount(se);
 out_signals:
     fuse_remove_signal_handlers(se);

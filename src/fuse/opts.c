@@ -21,6 +21,7 @@ void sqz_mount_opts_init(struct sqz_mount_opts *o)
     o->spec.auto_mode = SQZ_AUTO_NONE;
     o->cache_bytes = SQZ_DEFAULT_CACHE_BYTES;
     o->readahead_bytes = SQZ_DEFAULT_READAHEAD_BYTES;
+    o->revalidate_s = SQZ_DEFAULT_REVALIDATE_S;
     o->min_saving = SQZ_MIN_SAVING_DEFAULT;
 }
 
@@ -224,6 +225,23 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
             return -EINVAL;
         }
         o->readahead_bytes = b;
+        return 0;
+    }
+    if (strcmp(key, "revalidate") == 0) {
+        char *end = NULL;
+        long n = -1;
+        if (has_val && *val && *val != '-' && *val != '+') {
+            errno = 0;
+            n = strtol(val, &end, 10);
+            if (errno || *end)
+                n = -1;
+        }
+        if (n < 0 || n > SQZ_MAX_REVALIDATE_S) {
+            sqz_errf(err, errlen, "revalidate=%s: expected seconds 0..86400 "
+                     "(0: only at open)", has_val ? val : "");
+            return -EINVAL;
+        }
+        o->revalidate_s = (int)n;
         return 0;
     }
     if (strcmp(key, "threads") == 0) {

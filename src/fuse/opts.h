@@ -14,6 +14,8 @@
 #define SQZ_DEFAULT_CACHE_BYTES SQZ_ENGINE_CACHE_DEFAULT
 #define SQZ_DEFAULT_READAHEAD_BYTES (1024u * 1024u)
 #define SQZ_MAX_READAHEAD_BYTES (64u * 1024u * 1024u)
+#define SQZ_DEFAULT_REVALIDATE_S 1
+#define SQZ_MAX_REVALIDATE_S 86400
 
 struct sqz_mount_opts {
     sqz_spec spec;          /* compress= (default zstd:1/128K); block size
@@ -23,6 +25,9 @@ struct sqz_mount_opts {
     size_t readahead_bytes; /* readahead= kernel read-ahead window (default
                                1M; 0 = leave the kernel's default) */
     int threads;            /* threads= (0 = number of cores) */
+    int revalidate_s;       /* revalidate= seconds (read-only mounts: how
+                               long an open descriptor may show a file
+                               another mount changed; 0 = only at open) */
     unsigned min_saving;    /* min_saving= in permille (default 125) */
     char *policy_file;      /* policy= (malloc'd) or NULL */
     int writeback;          /* -o writeback */
