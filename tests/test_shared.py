@@ -23,6 +23,11 @@ def test_second_rw_mount_is_refused(mount_factory, tmp_path):
     with open(w.path("f"), "wb") as f:
         f.write(b"x" * 100000)
     assert sorted(os.listdir(w.mnt)) == ["f"]
+    # nor of what the tree commands see in BACKING
+    from mountlib import run_cli
+    v = run_cli("verify", "-v", backing, check=False)
+    assert v.returncode == 0 and "writer-lock" not in v.stdout, v.stdout
+    assert "not containers" not in v.stdout, v.stdout
     assert w.unmount() == 0, w.log()
 
 

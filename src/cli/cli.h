@@ -74,6 +74,13 @@ void progress_item(cli_progress *p, uint64_t n);
 void progress_set_total(cli_progress *p, uint64_t total);
 void progress_finish(cli_progress *p);
 
+/* squeezefs' own hidden files in a BACKING directory (recompress
+ * temporaries, the writer lock; src/fuse/fs.h SQZ_TMP_PREFIX): the mount
+ * never shows them, so the tree commands skip them too. path: a file's
+ * path; 1 if its base name has the prefix. */
+#define CLI_TMP_PREFIX ".sqz-tmp."
+int cli_is_own_hidden(const char *path);
+
 /* ---- json.c: a tiny streaming JSON writer ---- */
 typedef struct json_w {
     FILE *out;

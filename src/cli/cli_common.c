@@ -90,3 +90,10 @@ void cli_params_spec(const sqz_params *p, char *buf, size_t n)
         snprintf(buf, n, "%s:%d/%s", name ? name : "?", p->level, bs);
     }
 }
+
+int cli_is_own_hidden(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    return strncmp(base, CLI_TMP_PREFIX, sizeof CLI_TMP_PREFIX - 1) == 0;
+}

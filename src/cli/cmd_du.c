@@ -18,7 +18,6 @@
 
 #include "cli.h"
 
-#define TMP_PREFIX ".sqz-tmp." /* src/fuse/fs.h SQZ_TMP_PREFIX */
 #define PROGRESS_DELAY 1.0     /* seconds before a progress line appears */
 
 typedef struct du_fig {
@@ -251,9 +250,7 @@ static int on_mount_dev(du_ctx *x, const char *path, dev_t dev, bool *on)
 static int count_file(du_ctx *x, const char *path, const char *rel,
                       const struct stat *st)
 {
-    const char *base = strrchr(path, '/');
-    base = base ? base + 1 : path;
-    if (!strncmp(base, TMP_PREFIX, sizeof TMP_PREFIX - 1) && rel[0])
+    if (cli_is_own_hidden(path) && rel[0])
         return 0;
     if (st->st_nlink > 1) {
         int r = ino_add(&x->links, st->st_dev, st->st_ino);
