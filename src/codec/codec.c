@@ -28,6 +28,8 @@ typedef struct codec_row {
 #define ROW(id_, name_, alias_, kdb_, lo_, hi_, def_, ops_)                 \
     [id_] = {.name = name_, .alias = alias_, .kdb = kdb_, .lo = lo_,        \
              .hi = hi_, .def = def_, .ops = &ops_},
+static void **codec_tls(sqz_alg alg);
+
 static const codec_row rows[] = {SQZ_CODECS(ROW)};
 #undef ROW
 #define NROWS (sizeof rows / sizeof rows[0])
@@ -228,7 +230,7 @@ ssize_t sqz_compress(sqz_alg alg, int level, const void *src, size_t n,
         dst = no_output;
         cap = 0;
     }
-    return r->ops->compress(level, src, n, dst, cap);
+    return r->ops->compress(codec_tls(alg), level, src, n, dst, cap);
 }
 
 ssize_t sqz_decompress(sqz_alg alg, const void *src, size_t n, void *dst,
@@ -244,7 +246,7 @@ ssize_t sqz_decompress(sqz_alg alg, const void *src, size_t n, void *dst,
         src = no_input;
     if (!dst)
         dst = no_output;
-    return r->ops->decompress(src, n, dst, expected);
+    return r->ops->decompress(codec_tls(alg), src, n, dst, expected);
 }
 
 /* ---- per-thread context table: one slot per id ---- */
@@ -271,7 +273,7 @@ static void tls_init(void)
     tls_key_ok = pthread_key_create(&tls_key, tls_destroy) == 0;
 }
 
-void **sqz_codec_tls(sqz_alg alg)
+static void **codec_tls(sqz_alg alg)
 {
     if (!row_of((int)alg))
         return NULL;

@@ -29,9 +29,8 @@ static void gzip_tls_free(void *p)
     free(c);
 }
 
-static gzip_ctx *gzip_get(void)
+static gzip_ctx *gzip_get(void **slot)
 {
-    void **slot = sqz_codec_tls(SQZ_ALG_GZIP);
     if (!slot)
         return NULL;
     if (!*slot)
@@ -46,12 +45,12 @@ static size_t gzip_bound(size_t n)
     return (size_t)compressBound((uLong)n);
 }
 
-static ssize_t gzip_compress(int level, const void *src, size_t n, void *dst,
+static ssize_t gzip_compress(void **slot, int level, const void *src, size_t n, void *dst,
                              size_t cap)
 {
     if (n > UINT_MAX)
         return -EINVAL;
-    gzip_ctx *c = gzip_get();
+    gzip_ctx *c = gzip_get(slot);
     if (!c)
         return -ENOMEM;
     z_stream *s = &c->def;
@@ -84,12 +83,12 @@ static ssize_t gzip_compress(int level, const void *src, size_t n, void *dst,
     return r == Z_MEM_ERROR ? -ENOMEM : -EIO;
 }
 
-static ssize_t gzip_decompress(const void *src, size_t n, void *dst,
+static ssize_t gzip_decompress(void **slot, const void *src, size_t n, void *dst,
                                size_t expected)
 {
     if (n > UINT_MAX || expected > UINT_MAX)
         return -EBADMSG;
-    gzip_ctx *c = gzip_get();
+    gzip_ctx *c = gzip_get(slot);
     if (!c)
         return -ENOMEM;
     z_stream *s = &c->inf;

@@ -33,14 +33,14 @@ typedef struct sqz_codec_ops {
     size_t (*bound)(size_t n);
     /* Returns compressed size, -ENOSPC if it does not fit cap, or another
      * negative errno. */
-    ssize_t (*compress)(int level, const void *src, size_t n, void *dst,
-                        size_t cap);
+    ssize_t (*compress)(void **slot, int level, const void *src, size_t n,
+                        void *dst, size_t cap);
     /* Returns expected, or -EBADMSG (corrupt / size mismatch), -ENOMEM.
      * Must never write beyond dst[expected). */
-    ssize_t (*decompress)(const void *src, size_t n, void *dst,
+    ssize_t (*decompress)(void **slot, const void *src, size_t n, void *dst,
                           size_t expected);
     /* Frees the codec's per-thread context (what it stored in its
-     * sqz_codec_tls slot) at thread exit; NULL if it keeps none. */
+     * context slot) at thread exit; NULL if it keeps none. */
     void (*tls_free)(void *ctx);
 } sqz_codec_ops;
 
@@ -67,10 +67,11 @@ typedef struct sqz_codec_ops {
 SQZ_CODECS(SQZ_CODEC_DECLARE_OPS)
 #undef SQZ_CODEC_DECLARE_OPS
 
-/* Address of the calling thread's context slot of codec alg (initially
- * NULL), or NULL if the per-thread table cannot be created (out of memory)
- * or alg is unknown. The codec stores its context there; the table calls
- * the codec's tls_free on it at thread exit. */
-void **sqz_codec_tls(sqz_alg alg);
+/* slot (compress, decompress): the calling thread's context slot of this
+ * codec, owned by the registry (codec.c): initially NULL; the codec stores
+ * its context there and the registry calls its tls_free on it at thread
+ * exit. NULL if the per-thread table cannot be created (out of memory): a
+ * codec that needs a context returns -ENOMEM then. Passing it in keeps the
+ * codecs from calling back into the registry (no dependency cycle). */
 
 #endif

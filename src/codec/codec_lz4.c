@@ -12,9 +12,8 @@
 
 /* The calling thread's state of one mode (its own per-thread slot: the
  * slot holds the malloc'ed state itself), allocated on first use. */
-static void *lz4_state(sqz_alg alg, size_t size)
+static void *lz4_state(void **slot, size_t size)
 {
-    void **slot = sqz_codec_tls(alg);
     if (!slot)
         return NULL;
     if (!*slot)
@@ -34,13 +33,13 @@ static int clamp_int(size_t v)
     return v > (size_t)INT32_MAX ? INT32_MAX : (int)v;
 }
 
-static ssize_t lz4_fast_compress(int level, const void *src, size_t n,
+static ssize_t lz4_fast_compress(void **slot, int level, const void *src, size_t n,
                                  void *dst, size_t cap)
 {
     (void)level;
     if (n > (size_t)LZ4_MAX_INPUT_SIZE)
         return -EINVAL;
-    void *state = lz4_state(SQZ_ALG_LZ4, (size_t)LZ4_sizeofState());
+    void *state = lz4_state(slot, (size_t)LZ4_sizeofState());
     if (!state)
         return -ENOMEM;
     int r = LZ4_compress_fast_extState(state, src, dst, (int)n,
@@ -48,12 +47,12 @@ static ssize_t lz4_fast_compress(int level, const void *src, size_t n,
     return r > 0 ? (ssize_t)r : -ENOSPC;
 }
 
-static ssize_t lz4hc_compress(int level, const void *src, size_t n, void *dst,
+static ssize_t lz4hc_compress(void **slot, int level, const void *src, size_t n, void *dst,
                               size_t cap)
 {
     if (n > (size_t)LZ4_MAX_INPUT_SIZE)
         return -EINVAL;
-    void *state = lz4_state(SQZ_ALG_LZ4HC, (size_t)LZ4_sizeofStateHC());
+    void *state = lz4_state(slot, (size_t)LZ4_sizeofStateHC());
     if (!state)
         return -ENOMEM;
     int r = LZ4_compress_HC_extStateHC(state, src, dst, (int)n,
@@ -61,9 +60,10 @@ static ssize_t lz4hc_compress(int level, const void *src, size_t n, void *dst,
     return r > 0 ? (ssize_t)r : -ENOSPC;
 }
 
-static ssize_t lz4_decompress(const void *src, size_t n, void *dst,
+static ssize_t lz4_decompress(void **slot, const void *src, size_t n, void *dst,
                               size_t expected)
 {
+    (void)slot;
     if (n > (size_t)INT32_MAX || expected > (size_t)INT32_MAX)
         return -EBADMSG;
     int r = LZ4_decompress_safe(src, dst, (int)n, (int)expected);

@@ -9,9 +9,10 @@ static size_t none_bound(size_t n)
     return n;
 }
 
-static ssize_t none_compress(int level, const void *src, size_t n, void *dst,
+static ssize_t none_compress(void **slot, int level, const void *src, size_t n, void *dst,
                              size_t cap)
 {
+    (void)slot;
     (void)level;
     if (n > cap)
         return -ENOSPC;
@@ -19,9 +20,10 @@ static ssize_t none_compress(int level, const void *src, size_t n, void *dst,
     return (ssize_t)n;
 }
 
-static ssize_t none_decompress(const void *src, size_t n, void *dst,
+static ssize_t none_decompress(void **slot, const void *src, size_t n, void *dst,
                                size_t expected)
 {
+    (void)slot;
     if (n != expected)
         return -EBADMSG;
     memcpy(dst, src, n);

@@ -88,9 +88,10 @@ static size_t match_len(const uint8_t *a, const uint8_t *b, size_t max)
  * after a back-reference, whose inner positions are never recorded). */
 #define RECORD(table, buf, q) ((table)[(buf)[q] ^ (buf)[(q) + 1]] = (uint32_t)(q) + 1)
 
-static ssize_t qipc_compress(int level, const void *src, size_t n, void *dst,
+static ssize_t qipc_compress(void **slot, int level, const void *src, size_t n, void *dst,
                              size_t cap)
 {
+    (void)slot;
     (void)level;
     if (n > UINT32_MAX)
         return -EINVAL;
@@ -168,9 +169,10 @@ static inline void copy_back(uint8_t *out, size_t s, size_t q, size_t count,
     }
 }
 
-static ssize_t qipc_decompress(const void *src, size_t n, void *dst,
+static ssize_t qipc_decompress(void **slot, const void *src, size_t n, void *dst,
                                size_t expected)
 {
+    (void)slot;
     const uint8_t *ip = src, *end = ip + n;
     uint8_t *out = dst;
     if (n < QIPC_HDR || expected > UINT32_MAX)

@@ -23,9 +23,8 @@ static void snappy_tls_free(void *p)
 }
 
 /* Per-thread scratch buffer of at least `need` bytes, or NULL. */
-static char *snappy_scratch(size_t need)
+static char *snappy_scratch(void **slot, size_t need)
 {
-    void **slot = sqz_codec_tls(SQZ_ALG_SNAPPY);
     if (!slot)
         return NULL;
     snappy_ctx *c = *slot;
@@ -51,7 +50,7 @@ static size_t snappy_bound(size_t n)
     return b < n ? 0 : b; /* wrapped around: too large */
 }
 
-static ssize_t snappy_codec_compress(int level, const void *src, size_t n,
+static ssize_t snappy_codec_compress(void **slot, int level, const void *src, size_t n,
                                      void *dst, size_t cap)
 {
     (void)level;
@@ -64,7 +63,7 @@ static ssize_t snappy_codec_compress(int level, const void *src, size_t n,
             return -EIO;
         return (ssize_t)len;
     }
-    char *tmp = snappy_scratch(bound);
+    char *tmp = snappy_scratch(slot, bound);
     if (!tmp)
         return -ENOMEM;
     size_t len = bound;
@@ -76,9 +75,10 @@ static ssize_t snappy_codec_compress(int level, const void *src, size_t n,
     return (ssize_t)len;
 }
 
-static ssize_t snappy_codec_decompress(const void *src, size_t n, void *dst,
+static ssize_t snappy_codec_decompress(void **slot, const void *src, size_t n, void *dst,
                                        size_t expected)
 {
+    (void)slot;
     size_t len;
     if (snappy_uncompressed_length(src, n, &len) != SNAPPY_OK ||
         len != expected)

@@ -39,9 +39,8 @@ static void zstd_tls_free(void *p)
     free(z);
 }
 
-static zstd_ctx *zstd_get(void)
+static zstd_ctx *zstd_get(void **slot)
 {
-    void **slot = sqz_codec_tls(SQZ_ALG_ZSTD);
     if (!slot)
         return NULL;
     if (!*slot)
@@ -55,10 +54,10 @@ static size_t zstd_bound(size_t n)
     return ZSTD_isError(b) ? 0 : b;
 }
 
-static ssize_t zstd_compress(int level, const void *src, size_t n, void *dst,
+static ssize_t zstd_compress(void **slot, int level, const void *src, size_t n, void *dst,
                              size_t cap)
 {
-    zstd_ctx *z = zstd_get();
+    zstd_ctx *z = zstd_get(slot);
     if (!z)
         return -ENOMEM;
     if (!z->c && !(z->c = ZSTD_createCCtx()))
@@ -97,7 +96,7 @@ static ssize_t zstd_compress(int level, const void *src, size_t n, void *dst,
     }
 }
 
-static ssize_t zstd_decompress(const void *src, size_t n, void *dst,
+static ssize_t zstd_decompress(void **slot, const void *src, size_t n, void *dst,
                                size_t expected)
 {
     unsigned long long fcs = ZSTD_getFrameContentSize(src, n);
@@ -108,7 +107,7 @@ static ssize_t zstd_decompress(const void *src, size_t n, void *dst,
     size_t fsize = ZSTD_findFrameCompressedSize(src, n);
     if (ZSTD_isError(fsize) || fsize != n)
         return -EBADMSG;
-    zstd_ctx *z = zstd_get();
+    zstd_ctx *z = zstd_get(slot);
     if (!z)
         return -ENOMEM;
     if (!z->d && !(z->d = ZSTD_createDCtx()))
