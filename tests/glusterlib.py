@@ -48,6 +48,22 @@ end-volume
 """
 
 
+# Close-to-open across GlusterFS clients (one per host): a client must not
+# answer a reader's stat or open from its caches. Kernel side: no attribute
+# or entry caching on the GlusterFS FUSE mount; GlusterFS side: the client
+# caches that keep stat results (md-cache) or file data across opens
+# (quick-read, io-cache) or fake opens (open-behind) are off. Data written
+# by the writer's client reaches the brick at its fsync/close (write-behind
+# flushes there), so it stays on.
+COHERENT_MOUNT = ("attribute-timeout=0", "entry-timeout=0", "negative-timeout=0")
+COHERENT_VOLUME = (
+    ("performance.stat-prefetch", "off"),
+    ("performance.quick-read", "off"),
+    ("performance.io-cache", "off"),
+    ("performance.open-behind", "off"),
+)
+
+
 def _pid_alive(pid):
     """Alive and not a zombie (daemons are reparented to PID 1, which may
     not reap them in a container)."""
@@ -89,7 +105,9 @@ def port_in_use(port, netns=None):
 
 
 class Gluster:
-    def __init__(self, base, volume="sqz", netns=None, host=None):
+    def __init__(self, base, volume="sqz", netns=None, host=None,
+                 volume_options=COHERENT_VOLUME):
+        self.volume_options = list(volume_options)
         self.base = os.path.abspath(str(base))
         self.volume = volume
         self.netns = netns
@@ -160,14 +178,17 @@ class Gluster:
                                      + self.log_tail(n=1500))
         self.cli("volume", "create", self.volume, f"{self.host}:{self.brick}", "force")
         self.volume_created = True
+        for k, v in self.volume_options:
+            self.cli("volume", "set", self.volume, k, v)
         self.cli("volume", "start", self.volume)
         self.volume_started = True
         return self
 
-    def mount(self, path, timeout=20):
+    def mount(self, path, timeout=20, options=COHERENT_MOUNT):
         os.makedirs(path, exist_ok=True)
         log = os.path.join(self.log_dir, "client-" + os.path.basename(str(path)) + ".log")
-        cmd = ["mount", "-t", "glusterfs", "-o", f"log-file={log}",
+        opts = ",".join([f"log-file={log}"] + list(options))
+        cmd = ["mount", "-t", "glusterfs", "-o", opts,
                f"{self.host}:/{self.volume}", str(path)]
         deadline = time.time() + timeout
         while True:

@@ -28,7 +28,9 @@ def gvol():
     try:
         try:
             g.start()
-            g.client = g.mount(os.path.join(base, "client"))
+            # one GlusterFS client mount per host: the writer's and two readers'
+            g.clients = [g.mount(os.path.join(base, f"client{i}")) for i in range(3)]
+            g.client = g.clients[0]
         except GlusterUnavailable as e:
             pytest.skip(f"GlusterFS is not usable here: {e}")
         yield g
@@ -38,8 +40,9 @@ def gvol():
         shutil.rmtree(base, ignore_errors=True)
 
 
-def backing_on(g, name):
-    b = os.path.join(g.client, name)
+def backing_on(g, name, host=0):
+    """BACKING `name` as seen through host `host`'s GlusterFS client."""
+    b = os.path.join(g.clients[host], name)
     os.makedirs(b, exist_ok=True)
     return b
 
@@ -82,8 +85,8 @@ class Versions:
 def test_writer_and_two_readers(gvol, mount_factory):
     backing = backing_on(gvol, "wr2")
     w = mount_factory(backing=backing, name="w")
-    readers = [mount_factory(options=["ro", "revalidate=1"], backing=backing, name=f"r{i}")
-               for i in range(2)]
+    readers = [mount_factory(options=["ro", "revalidate=1"], backing=backing_on(gvol, "wr2", 1 + i),
+                             name=f"r{i}") for i in range(2)]
     rnd = random.Random(1515)
     versions = Versions()
     names = ["a", "b", "c"]
@@ -231,19 +234,19 @@ def test_second_writer_refused_then_takes_over_after_kill9(gvol, mount_factory):
         f.write(b"abc" * 10000)
         f.flush()
         os.fsync(f.fileno())
-    with pytest.raises(RuntimeError) as ei:
-        mount_factory(backing=backing, name="w2")
+    with pytest.raises(RuntimeError) as ei:  # from another host
+        mount_factory(backing=backing_on(gvol, "lock", 2), name="w2")
     msg = str(ei.value)
     assert "already mounted read-write" in msg, msg
     assert f"pid {w.proc.pid}" in msg, msg
     assert os.path.realpath(w.mnt) in msg, msg
-    r = mount_factory(options=["ro"], backing=backing, name="r")  # readers still may
+    r = mount_factory(options=["ro"], backing=backing_on(gvol, "lock", 1), name="r")  # readers may
     assert open(r.path("f"), "rb").read() == b"abc" * 10000
     w.kill(signal.SIGKILL)
     deadline = time.time() + 15  # the GlusterFS client releases the dead fd's lock
     while True:
         try:
-            w3 = mount_factory(backing=backing, name="w3")
+            w3 = mount_factory(backing=backing_on(gvol, "lock", 2), name="w3")
             break
         except RuntimeError as e:
             if time.time() > deadline:
