@@ -61,6 +61,7 @@ COHERENT_VOLUME = (
     ("performance.quick-read", "off"),
     ("performance.io-cache", "off"),
     ("performance.open-behind", "off"),
+    ("performance.write-behind", "off"),
 )
 
 

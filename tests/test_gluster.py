@@ -221,6 +221,9 @@ def test_writer_and_two_readers(gvol, mount_factory):
         for fd in held:
             os.close(fd)
     assert not bad, "\n".join(bad[:20])
+    for r in readers:  # the GlusterFS note, once per read-only mount
+        assert r.log().count("is on GlusterFS") == 1, r.log()
+    assert "is on GlusterFS" not in w.log(), w.log()
     assert reads[0] > 0
     print(f"{reads[0]} background reads, all plausible")
     for m in readers + [w]:
