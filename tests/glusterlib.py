@@ -236,7 +236,30 @@ class Gluster:
             pids.append(p)
         return pids
 
+    def _brick_leftovers(self):
+        """The unix socket (/var/run/gluster/*.socket) and log file
+        (/var/log/glusterfs/bricks/*.log) glusterd gives our brick process
+        outside our directories, from its command line (-S, -l)."""
+        paths = []
+        for p in self._our_pids():
+            try:
+                with open(f"/proc/{p}/cmdline", "rb") as f:
+                    args = f.read().decode(errors="replace").split("\0")
+            except OSError:
+                continue
+            if not any(a.startswith(self.base) or self.base.replace("/", "-")[1:] in a
+                       for a in args):
+                continue
+            for flag in ("-S", "-l"):
+                if flag in args[:-1]:
+                    v = args[args.index(flag) + 1]
+                    if v.startswith(("/var/run/gluster/", "/run/gluster/",
+                                     "/var/log/glusterfs/bricks/")):
+                        paths.append(v)
+        return paths
+
     def stop(self):
+        leftovers = self._brick_leftovers()
         for m in list(self.mounts):
             self.umount(m)
         if self.volume_started:
@@ -260,3 +283,8 @@ class Gluster:
                     os.kill(p, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
+        for path in leftovers:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
