@@ -74,6 +74,37 @@ else
     log "all Debian packages present"
 fi
 
+# Optional: GlusterFS (tests/test_gluster.py, tools/bench_gluster.py; both
+# skip without it). Best effort, its own step: a failure here is logged and
+# does not fail the script.
+GLUSTER_PKGS=(glusterfs-server glusterfs-client)
+gl_missing=()
+for p in "${GLUSTER_PKGS[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+        gl_missing+=("$p")
+    fi
+done
+if [[ ${#gl_missing[@]} -gt 0 ]]; then
+    log "optional: installing GlusterFS: ${gl_missing[*]}"
+    gl_policy=/usr/sbin/policy-rc.d
+    gl_added=0
+    if [[ ! -e $gl_policy ]]; then
+        printf '#!/bin/sh\nexit 101\n' | "${SUDO[@]}" tee "$gl_policy" >/dev/null && gl_added=1
+        "${SUDO[@]}" chmod 755 "$gl_policy" || true
+    fi
+    if { [[ ${#missing[@]} -gt 0 ]] || "${SUDO[@]}" apt-get update -q; } &&
+        "${SUDO[@]}" apt-get install -y -q --no-install-recommends \
+            -o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold \
+            "${gl_missing[@]}"; then
+        log "optional: GlusterFS installed"
+    else
+        log "optional: could not install GlusterFS (${gl_missing[*]}); the GlusterFS tests and benchmark will be skipped"
+    fi
+    if [[ $gl_added -eq 1 ]]; then "${SUDO[@]}" rm -f "$gl_policy"; fi
+else
+    log "optional: GlusterFS present"
+fi
+
 # Python modules for the python3 on PATH.
 PY=$(command -v python3 || true)
 [[ -n $PY ]] || die "python3 not found on PATH"

@@ -133,8 +133,11 @@ int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
                             uint64_t *len)
 {
     SQZ_ASSERT_HELD(&in->io);
+    /* A read-only mount that holds an empty file open as plain may see the
+     * writer (another mount) turn it into a container: probe again. */
+    int ro_plain = fs->opts.ro && in->kind == SQZ_K_PLAIN;
     if (sqz_content_handles_open(in) && in->kind != SQZ_K_UNKNOWN &&
-        !stale_ro_view(in, bst)) {
+        !ro_plain && !stale_ro_view(in, bst)) {
         *kind = in->kind;
         if (in->kind == SQZ_K_CONTAINER && in->sf)
             *len = sqz_file_length(in->sf);

@@ -205,13 +205,31 @@ int sqz_content_materialize_locked(struct sqz_fs *fs, struct sqz_inode *in,
     return make_container(fs, in, &p);
 }
 
-static void record_kc(struct sqz_inode *in)
+/* The backing version the kernel's cached pages show: for a read-only view
+ * the version it was loaded at (sf_key), not the backing file's current
+ * one, which another mount (the writer) may have changed since; recording
+ * that would let the next open keep pages of the old view. */
+static int view_key(const struct sqz_inode *in, struct sqz_bkey *k)
 {
-    struct stat st;
-    if (sqz_backing_stat(in, &st) != 0)
-        return;
+    if (!in->sf || in->sf_rw)
+        return 0;
+    *k = in->sf_key;
+    return 1;
+}
+
+static void record_kc(struct sqz_inode *in, const struct sqz_bkey *vk)
+{
+    struct sqz_bkey k;
+    if (vk) {
+        k = *vk;
+    } else {
+        struct stat st;
+        if (sqz_backing_stat(in, &st) != 0)
+            return;
+        sqz_bkey_of(&st, &k);
+    }
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    sqz_bkey_of(&st, &in->kc_key);
+    in->kc_key = k;
     in->kc_valid = 1;
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
@@ -325,7 +343,8 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         *keep_cache = in->kc_valid && sqz_bkey_eq(&in->kc_key, &before);
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
-    record_kc(in);
+    struct sqz_bkey vk;
+    record_kc(in, view_key(in, &vk) ? &vk : NULL);
     SQZ_RWUNLOCK(&in->io);
     sqz_inode_open_ref(fs, in);
     return 0;
@@ -352,7 +371,7 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
         in->sf_users++;
         h->append = (flags & O_APPEND) != 0;
         h->writable = (flags & O_ACCMODE) != O_RDONLY;
-        record_kc(in);
+        record_kc(in, NULL);
     }
     SQZ_RWUNLOCK(&in->io);
     if (rc == 0)
@@ -443,6 +462,8 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
     if (h->plain_fd < 0)
         sqz_durable_wait_room(fs);
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+    struct sqz_bkey vk;
+    int have_vk = view_key(in, &vk); /* before the view may be closed */
     if (h->plain_fd >= 0) {
         if (close(h->plain_fd) != 0)
             rc = -errno;
@@ -471,7 +492,7 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
         in->wtime_set = 0;
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
-    record_kc(in);
+    record_kc(in, have_vk ? &vk : NULL);
     SQZ_RWUNLOCK(&in->io);
     sqz_inode_open_unref(fs, in);
     return rc;

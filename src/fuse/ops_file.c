@@ -76,6 +76,14 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->keep_cache = kc ? 1 : 0;
     fi->direct_io = 0;
+    /* Read-only mount (another mount may be the writer): the kernel's
+     * cached size may be an old one (attr timeout), and a read stops
+     * there, so a file the writer grew would read short until the timeout.
+     * Drop the cached attributes before every open returns (offset -1:
+     * attributes only, no page locks, safe from a handler), so the first
+     * read past the old end or fstat asks again (one GETATTR per open). */
+    if (fs->opts.ro && fs->se)
+        fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
     if (fuse_reply_open(req, fi) != 0) { /* interrupted: undo */
         sqz_content_release(fs, h);
         free(h);

@@ -12,6 +12,8 @@
 #include "common/lockorder.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -91,8 +93,57 @@ static void *reval_main(void *arg)
     return NULL;
 }
 
+/* The file system type of the mount holding path (the longest mount point
+ * that is a prefix of it, from /proc/self/mountinfo), or "" if unknown. */
+static void backing_fstype(const char *path, char *out, size_t outlen)
+{
+    out[0] = '\0';
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    if (!f)
+        return;
+    char line[4096];
+    size_t best = 0;
+    while (fgets(line, sizeof(line), f)) {
+        char mp[PATH_MAX], type[64];
+        const char *sep = strstr(line, " - ");
+        /* field 5 is the mount point (octal escapes: paths with spaces
+         * just do not match, which only costs the note below) */
+        if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1 ||
+            sscanf(sep + 3, "%63s", type) != 1)
+            continue;
+        size_t l = strlen(mp);
+        int under = strcmp(mp, "/") == 0 ||
+                    (strncmp(path, mp, l) == 0 && (path[l] == '/' || path[l] == '\0'));
+        if (under && l >= best) {
+            best = l;
+            snprintf(out, outlen, "%s", type);
+        }
+    }
+    fclose(f);
+}
+
+/* A reader's freshness also depends on the caches of the network file
+ * system under BACKING, which squeezefs cannot see: say so once. */
+static void note_network_backing(struct sqz_fs *fs)
+{
+    char type[64];
+    if (!fs->backing_real)
+        return;
+    backing_fstype(fs->backing_real, type, sizeof(type));
+    if (strcmp(type, "fuse.glusterfs") == 0)
+        sqz_logf(SQZ_LOG_INFO,
+                 "%s is on GlusterFS: this read-only mount sees the writer's close or fsync at "
+                 "its next open only if this host's GlusterFS client caches no attributes "
+                 "(mount it with -o attribute-timeout=0,entry-timeout=0,negative-timeout=0 and "
+                 "set performance.stat-prefetch, quick-read, io-cache and open-behind off on "
+                 "the volume); otherwise up to the client's cache timeouts later",
+                 fs->backing_real);
+}
+
 int sqz_revalidate_start(struct sqz_fs *fs)
 {
+    if (fs->opts.ro)
+        note_network_backing(fs);
     if (!fs->opts.ro || fs->opts.revalidate_s <= 0 || !fs->se)
         return 0;
     struct sqz_reval *r = calloc(1, sizeof(*r));
