@@ -139,3 +139,39 @@ def test_revalidate_option_is_checked(mount_factory, tmp_path):
         assert "revalidate=" in str(ei.value)
     m = mount_factory(options=["ro", "revalidate=0"], name="ok")
     assert m.unmount() == 0
+
+
+def test_reader_rereads_only_changed_blocks(mount_factory, tmp_path):
+    """A reader's new view after the writer's change keeps the cached blocks
+    that did not change: re-reading the whole file decompresses only the
+    changed block and the file's last block, not all 32."""
+    import json
+    from mountlib import run_cli
+    backing = tmp_path / "shared"
+    w = mount_factory(options=["compress=zstd:1/64K"], backing=backing, name="w")
+    r = mount_factory(options=["ro"], backing=backing, name="r")
+    data = bytes(b"".join(b"%08d," % i for i in range(240000))[: 2 << 20])
+    with open(w.path("f"), "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+
+    def decompressed():
+        st = json.loads(run_cli("stats", "--json", r.mnt).stdout)
+        return st["blocks_decompressed"]
+
+    held = open(r.path("f"), "rb")  # keeps the view (and its cache) alive
+    assert held.read() == data
+    before = decompressed()
+    fd = os.open(w.path("f"), os.O_WRONLY)
+    os.pwrite(fd, b"CHANGED!" * 2, 1 << 20)  # inside block 16 of 32
+    os.fsync(fd)
+    os.close(fd)
+    new = data[:1 << 20] + b"CHANGED!" * 2 + data[(1 << 20) + 16:]
+    with open(r.path("f"), "rb") as g:
+        assert g.read() == new
+    again = decompressed() - before
+    assert 1 <= again <= 2, f"{again} blocks decompressed again (32 in the file)"
+    held.close()
+    for m in (r, w):
+        assert m.unmount() == 0, m.log()

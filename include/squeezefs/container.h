@@ -201,6 +201,12 @@ int sqz_ctr_marked_length_fd(int fd, uint64_t *length);
  * or was lost). */
 uint64_t sqz_ctr_tail_bytes(sqz_ctr *c);
 
+/* Two containers opened on the same file at different times (a reader's
+ * old and new view): 1 if block idx is stored identically in both (same
+ * file id and block size, same DATA record, or a hole in both), so a copy
+ * of it decompressed from one is valid for the other. */
+int sqz_ctr_block_same(sqz_ctr *a, sqz_ctr *b, uint64_t idx);
+
 /* ---- byte level (CLI, tests; simple, not for the hot path) ---- */
 /* Read up to n bytes at off; returns bytes read (0 at/after EOF) or -errno. */
 ssize_t sqz_ctr_pread(sqz_ctr *c, void *buf, size_t n, uint64_t off);

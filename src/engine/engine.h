@@ -87,6 +87,10 @@ int sqz_file_close(sqz_file *f);
  * after marking it durable in the background). On error *keep is NULL and
  * the container was closed. */
 int sqz_file_close_keep(sqz_file *f, sqz_ctr **keep);
+/* A reader's view replaced after another mount changed the file: nf (just
+ * opened, not used yet) keeps old's cached blocks that are stored the same
+ * in both containers; call before closing old, with no reader on either. */
+void sqz_file_inherit_cache(sqz_file *nf, sqz_file *old);
 
 /* Read [off, off + n): returns the bytes read, fewer than n only at the
  * end of the file, or a negative errno. A damaged block anywhere in the

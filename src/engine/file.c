@@ -127,6 +127,42 @@ static int file_close(sqz_file *f, sqz_ctr **keep)
     return rc < 0 ? rc : rc2;
 }
 
+/* A reader's new view of a file another mount changed: nf (fresh, not
+ * used yet) takes over the cache entries of old (a read-only view being
+ * replaced, no readers: the caller excludes them), except the blocks whose
+ * stored form changed, the blocks holding either end of the file (their
+ * cached copies are zero past the old length) and the blocks past the new
+ * end. So a reader re-reads only what the writer changed. */
+#define SQZ_INHERIT_MAX_BLOCKS (1u << 20)
+void sqz_file_inherit_cache(sqz_file *nf, sqz_file *old)
+{
+    sqz_engine *e = nf->e;
+    sqz_pool_wait(e->pool, &old->ra_batch); /* nothing of old arrives later */
+    SQZ_RDLOCK(&old->lock, SQZ_RANK_FILE);
+    int clean = old->ndirty == 0 && !old->inflight_head;
+    uint64_t olen = old->length;
+    SQZ_RWUNLOCK(&old->lock);
+    if (!clean || nf->log2bs != old->log2bs)
+        return; /* old's close drops its entries */
+    uint64_t nlen = sqz_file_length(nf);
+    uint64_t nb_old = nblocks_of(old, olen);
+    uint64_t nb_new = nblocks_of(nf, nlen);
+    uint64_t fid = old->fid;
+    if (nb_old > SQZ_INHERIT_MAX_BLOCKS)
+        return; /* comparing would cost more than re-reading */
+    old->fid = atomic_fetch_add(&e->next_fid, 1); /* its close keeps them */
+    for (uint64_t idx = 0; idx < nb_old && idx < nb_new; idx++)
+        if (!sqz_ctr_block_same(old->c, nf->c, idx))
+            sqz_cache_drop(e->cache, fid, idx);
+    if (olen > 0)
+        sqz_cache_drop(e->cache, fid, (olen - 1) >> old->log2bs);
+    if (nlen > 0)
+        sqz_cache_drop(e->cache, fid, (nlen - 1) >> nf->log2bs);
+    sqz_cache_drop_file(e->cache, fid, nb_new);
+    sqz_cache_drop_file(e->cache, nf->fid, 0);
+    nf->fid = fid;
+}
+
 /* ---- queries ---- */
 
 uint64_t sqz_file_length(sqz_file *f)

@@ -334,3 +334,22 @@ uint64_t sqz_max_length(int log2bs)
     uint64_t max = blocks << log2bs;
     return max < SQZ_MAX_LENGTH ? max : SQZ_MAX_LENGTH;
 }
+
+int sqz_ctr_block_same(sqz_ctr *a, sqz_ctr *b, uint64_t idx)
+{
+    if (a->hdr.file_id != b->hdr.file_id ||
+        a->hdr.params.log2bs != b->hdr.params.log2bs)
+        return 0;
+    SQZ_RDLOCK(&a->lock, SQZ_RANK_CTR);
+    const sqz_entry *ea = sqz_index_get(&a->st.ix, idx);
+    sqz_entry ca = ea ? *ea : (sqz_entry){0};
+    SQZ_RWUNLOCK(&a->lock);
+    SQZ_RDLOCK(&b->lock, SQZ_RANK_CTR);
+    const sqz_entry *eb = sqz_index_get(&b->st.ix, idx);
+    sqz_entry cb = eb ? *eb : (sqz_entry){0};
+    SQZ_RWUNLOCK(&b->lock);
+    /* a block is rewritten only by appending a new DATA record, so the
+     * same record offset, size and checksum mean the same stored bytes */
+    return ca.off == cb.off && ca.len == cb.len && ca.crc == cb.crc &&
+           (ca.off == 0 || ca.kind == cb.kind);
+}

@@ -115,6 +115,8 @@ int sqz_content_refresh_view_locked(struct sqz_fs *fs, struct sqz_inode *in,
         in->sf = old; /* keep serving the old view; this open fails */
         return rc;
     }
+    /* unchanged blocks stay cached: re-read only what the writer changed */
+    sqz_file_inherit_cache(in->sf, old);
     sqz_file_close(old); /* read-only: nothing to commit */
     *changed = 1;
     return 0;
