@@ -181,3 +181,24 @@ def round_seeds(n, base=None):
     rnd = random.Random(base)
     print(f"base seed {base} (rerun with SQZ_SEED={base})")
     return base, [rnd.randrange(1 << 30) for _ in range(n)]
+
+
+def check_remount(m2, logs):
+    """After a crash and a new mount m2: every fsync'ed record of every
+    writer log reads back exactly and every file reads end to end; then m2
+    is unmounted. Returns (problems, records checked, daemon exit code)."""
+    problems, checked = [], 0
+    for lp in logs:
+        p, c = check_tree(m2.mnt, lp)
+        problems += p
+        checked += c
+    problems += read_all_files(m2.mnt)
+    return problems, checked, m2.unmount()
+
+
+def assert_verify_after_crash(backing, ctx):
+    """`squeezefs verify` of BACKING after a crash: clean, or an uncommitted
+    tail the crash left (exit 3: named, not damage); never damage."""
+    from mountlib import run_cli
+    v = run_cli("verify", backing, check=False)
+    assert v.returncode in (0, 3), f"{ctx}: verify exit {v.returncode}:\n{v.stdout}\n{v.stderr}"

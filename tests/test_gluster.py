@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from crashlib import check_tree, read_all_files, start_writer, stop_writer
+from crashlib import assert_verify_after_crash, check_remount, start_writer, stop_writer
 from glusterlib import Gluster, GlusterUnavailable
 from mountlib import run_cli
 
@@ -283,17 +283,9 @@ def test_kill9_writer_during_fsynced_appends(gvol, mount_factory, tmp_path):
         err = stop_writer(wp)
         assert wp.returncode == 0, f"round {r} seed {seed}: writer crashed:\n{err}"
         m2 = mount_factory(backing=backing, name=f"c{r}")
-        problems, checked = [], 0
-        for lp in logs:
-            p, c = check_tree(m2.mnt, lp)
-            problems += p
-            checked += c
-        problems += read_all_files(m2.mnt)
-        rc = m2.unmount()
+        problems, checked, rc = check_remount(m2, logs)
         assert not problems, (f"round {r} seed {seed} (base {base}):\n" + "\n".join(problems[:20])
                               + f"\n--- daemon log:\n{m2.log()[-3000:]}")
         assert rc == 0, f"round {r}: daemon exit {rc}:\n{m2.log()[-3000:]}"
-        v = run_cli("verify", backing, check=False)
-        assert v.returncode in (0, 3), f"round {r} seed {seed}: verify exit {v.returncode}:\n" \
-                                       f"{v.stdout}\n{v.stderr}"
+        assert_verify_after_crash(backing, f"round {r} seed {seed}")
         print(f"round {r} seed {seed}: ok, {checked} fsync'ed records checked exactly")
