@@ -169,6 +169,22 @@ static inline void copy_back(uint8_t *out, size_t s, size_t q, size_t count,
     }
 }
 
+/* Output one back-reference: count (>= 2) bytes from position q < s - 1,
+ * recording the pairs that end at the new positions (and the pending one
+ * before s). wild: dst has room for copy_back's overlong copies. Returns
+ * the new output position. */
+static inline size_t put_ref(unsigned char *out, uint32_t *table, size_t s,
+                             size_t q, size_t count, int pend, int wild)
+{
+    out[s] = out[q];
+    out[s + 1] = out[q + 1];
+    if (pend)
+        RECORD(table, out, s - 1);
+    RECORD(table, out, s);
+    copy_back(out, s + 2, q + 2, count - 2, wild);
+    return s + count;
+}
+
 static ssize_t qipc_decompress(void **slot, const void *src, size_t n, void *dst,
                                size_t expected)
 {
@@ -212,14 +228,7 @@ static ssize_t qipc_decompress(void **slot, const void *src, size_t n, void *dst
                     ip += 2;
                     if (ref == 0)
                         return -EBADMSG;
-                    size_t q = ref - 1;
-                    out[s] = out[q];
-                    out[s + 1] = out[q + 1];
-                    if (pend)
-                        RECORD(table, out, s - 1);
-                    RECORD(table, out, s);
-                    copy_back(out, s + 2, q + 2, count - 2, 1);
-                    s += count;
+                    s = put_ref(out, table, s, ref - 1, count, pend, 1);
                     pend = 0;
                 } else {
                     out[s] = *ip++;
@@ -248,14 +257,7 @@ static ssize_t qipc_decompress(void **slot, const void *src, size_t n, void *dst
              * when it is read (the copy runs forwards, s - q >= 2). */
             if (ref == 0 || count > expected - s)
                 return -EBADMSG;
-            size_t q = ref - 1;
-            out[s] = out[q];
-            out[s + 1] = out[q + 1];
-            if (pend)
-                RECORD(table, out, s - 1);
-            RECORD(table, out, s);
-            copy_back(out, s + 2, q + 2, count - 2, 0);
-            s += count;
+            s = put_ref(out, table, s, ref - 1, count, pend, 0);
             pend = 0;
         } else {
             if (ip == end)
