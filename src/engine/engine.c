@@ -3,6 +3,7 @@
  * (or at once when the total dirty data is above dirty_bytes_max). */
 #include "engine/engine_int.h"
 #include "common/lockorder.h"
+#include "common/timedwait.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -107,15 +108,7 @@ static void *flusher_main(void *arg)
     SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
     while (!e->stop) {
         if (!e->pressure) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += (time_t)(tick / 1000);
-            ts.tv_nsec += (long)(tick % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&e->flusher_cv, &e->files_lock, &ts);
+            sqz_cond_wait_ms(&e->flusher_cv, &e->files_lock, tick);
             if (e->stop)
                 break;
         }
@@ -178,13 +171,7 @@ int sqz_engine_new(const sqz_engine_opts *o, sqz_engine **out)
         goto fail_cache;
     if ((rc = -pthread_cond_init(&e->files_cv, NULL)) < 0)
         goto fail_mutex;
-    pthread_condattr_t ca;
-    if ((rc = -pthread_condattr_init(&ca)) < 0)
-        goto fail_cv;
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    rc = -pthread_cond_init(&e->flusher_cv, &ca);
-    pthread_condattr_destroy(&ca);
-    if (rc < 0)
+    if ((rc = -sqz_cond_init_monotonic(&e->flusher_cv)) < 0)
         goto fail_cv;
     if ((rc = -pthread_create(&e->flusher, NULL, flusher_main, e)) < 0)
         goto fail_fcv;

@@ -22,6 +22,7 @@
  * inode's io at a time, never both. Ranks and order: docs/LOCKING.md. */
 #include "fuse/fs.h"
 #include "common/lockorder.h"
+#include "common/timedwait.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -270,15 +271,7 @@ static void *durable_main(void *arg)
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     while (!d->stop) {
         if (d->n < SQZ_DURABLE_KICK) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_sec += SQZ_DURABLE_DELAY_MS / 1000;
-            ts.tv_nsec += (long)(SQZ_DURABLE_DELAY_MS % 1000) * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&d->wake, &d->mu, &ts);
+            sqz_cond_wait_ms(&d->wake, &d->mu, SQZ_DURABLE_DELAY_MS);
             if (d->stop)
                 break;
         }
@@ -299,13 +292,7 @@ int sqz_durable_start(struct sqz_fs *fs)
         return -ENOMEM;
     d->root_fd = fs->root_dirfd;
     d->use_syncfs = syncfs_trusted(fs->root_dirfd);
-    pthread_condattr_t ca;
-    int rc = -pthread_condattr_init(&ca);
-    if (rc == 0) {
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        rc = -pthread_cond_init(&d->wake, &ca);
-        pthread_condattr_destroy(&ca);
-    }
+    int rc = -sqz_cond_init_monotonic(&d->wake);
     if (rc == 0 && (rc = -pthread_cond_init(&d->room, NULL)) < 0)
         pthread_cond_destroy(&d->wake);
     if (rc == 0 && (rc = -sqz_mutex_init(&d->mu)) < 0) {

@@ -10,6 +10,7 @@
  * within one view (a view is one replay of the log). */
 #include "fuse/fs.h"
 #include "common/lockorder.h"
+#include "common/timedwait.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -74,10 +75,7 @@ static void *reval_main(void *arg)
     struct sqz_reval *r = fs->reval;
     SQZ_MUTEX_LOCK(&r->mu, SQZ_RANK_REVAL);
     while (!r->stop) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += fs->opts.revalidate_s;
-        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        sqz_cond_wait_ms(&r->cv, &r->mu, (uint64_t)fs->opts.revalidate_s * 1000);
         if (r->stop)
             break;
         SQZ_MUTEX_UNLOCK(&r->mu);
@@ -149,14 +147,8 @@ int sqz_revalidate_start(struct sqz_fs *fs)
     struct sqz_reval *r = calloc(1, sizeof(*r));
     if (!r)
         return -ENOMEM;
-    pthread_condattr_t ca;
-    int rc = -pthread_condattr_init(&ca);
-    if (rc == 0) {
-        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-        rc = -pthread_cond_init(&r->cv, &ca);
-        pthread_condattr_destroy(&ca);
-    }
-    if (rc == 0 && (rc = sqz_mutex_init(&r->mu)) < 0)
+    int rc = -sqz_cond_init_monotonic(&r->cv);
+    if (rc == 0 && (rc = -sqz_mutex_init(&r->mu)) < 0)
         pthread_cond_destroy(&r->cv);
     if (rc < 0) {
         free(r);
