@@ -12,7 +12,8 @@ MiB = 1024 * 1024
 KEYS = {"logical_bytes_read", "logical_bytes_written", "backing_bytes_read",
         "backing_bytes_written", "blocks_decompressed", "bytes_decompressed",
         "blocks_compressed", "bytes_compressed", "raw_blocks_stored", "cache_hits",
-        "cache_misses", "cache_bytes", "dirty_bytes"}
+        "cache_misses", "cache_bytes", "dirty_bytes", "pushed_blocks", "pushed_bytes",
+        "push_skipped"}
 
 
 def text(n, seed=0):

@@ -96,6 +96,29 @@ void sqz_file_inherit_cache(sqz_file *nf, sqz_file *old);
  * end of the file, or a negative errno. A damaged block anywhere in the
  * range fails the whole read (-EIO): never a short read inside the file. */
 ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off);
+
+/* The blocks a read used only in part (at most the first and the last of
+ * its range), decompressed whole: the FUSE layer hands them to the kernel's
+ * page cache so that the neighbours of a random read need no request. Each
+ * entry holds a reference on an immutable decompressed block: data[0, len)
+ * is the file's content at [off, off + len) as the read saw it (len stops
+ * at the file's length). Only committed blocks (cached or decompressed by
+ * the read), never dirty or in-flight ones. */
+#define SQZ_READ_SPILL_MAX 2
+typedef struct sqz_read_spill {
+    size_t n;
+    struct {
+        const void *data;
+        uint64_t off;
+        size_t len;
+        void *ref;
+    } v[SQZ_READ_SPILL_MAX];
+} sqz_read_spill;
+/* sqz_file_read that also fills *sp (n = 0 when nothing qualifies; on an
+ * error nothing is kept). Release with sqz_read_spill_release. */
+ssize_t sqz_file_read_spill(sqz_file *f, void *buf, size_t n, uint64_t off,
+                            sqz_read_spill *sp);
+void sqz_read_spill_release(sqz_read_spill *sp);
 ssize_t sqz_file_write(sqz_file *f, const void *buf, size_t n, uint64_t off);
 /* Append at the current end atomically w.r.t. other writers of this file;
  * *off_out receives the offset written at. */

@@ -199,9 +199,45 @@ static sqz_cblock *load_block_here(sqz_file *f, uint64_t idx, int *rc)
     return b;
 }
 
+/* A block the read used only in part: kept (one reference) for the
+ * caller's sqz_read_spill. Only committed blocks that came from the cache
+ * or were decompressed for this read, never dirty or in-flight ones. */
+static void spill_keep(sqz_file *f, sqz_read_spill *sp, sqz_cblock *b,
+                       uint64_t len, size_t used)
+{
+    uint64_t start = b->idx << f->log2bs;
+    size_t valid = len - start < f->bs ? (size_t)(len - start) : f->bs;
+    if (!sp || used >= valid || sp->n >= SQZ_READ_SPILL_MAX)
+        return;
+    for (size_t i = 0; i < sp->n; i++)
+        if (sp->v[i].off == start)
+            return;
+    sqz_cblock_ref(b);
+    sp->v[sp->n].data = b->data;
+    sp->v[sp->n].off = start;
+    sp->v[sp->n].len = valid;
+    sp->v[sp->n].ref = b;
+    sp->n++;
+}
+
+void sqz_read_spill_release(sqz_read_spill *sp)
+{
+    for (size_t i = 0; i < sp->n; i++)
+        sqz_cblock_put(sp->v[i].ref);
+    sp->n = 0;
+}
+
 ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
 {
+    return sqz_file_read_spill(f, buf, n, off, NULL);
+}
+
+ssize_t sqz_file_read_spill(sqz_file *f, void *buf, size_t n, uint64_t off,
+                            sqz_read_spill *sp)
+{
     sqz_engine *e = f->e;
+    if (sp)
+        sp->n = 0;
     unsigned char *out = buf;
     SQZ_RDLOCK(&f->lock, SQZ_RANK_FILE);
     uint64_t len = f->length;
@@ -299,9 +335,12 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
                 size_t chunk = f->bs - boff;
                 if (chunk > n - done)
                     chunk = n - done;
-                if (blk[w])
+                if (blk[w]) {
                     memcpy(out + done, blk[w]->data + boff, chunk);
-                else
+                    /* owned: from the cache or decompressed here */
+                    if (owned[w] && (done == 0 || done + chunk == n))
+                        spill_keep(f, sp, blk[w], len, chunk);
+                } else
                     memset(out + done, 0, chunk);
                 done += chunk;
             }
@@ -316,8 +355,11 @@ ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
      * short read means end of file to FUSE (the kernel would zero-fill the
      * rest of its read-ahead pages and shrink the file). The kernel then
      * retries page by page, so the good blocks stay readable. */
-    if (err)
+    if (err) {
+        if (sp)
+            sqz_read_spill_release(sp);
         return err;
+    }
     atomic_fetch_add(&e->st.logical_bytes_read, done);
     return (ssize_t)done;
 }

@@ -15,17 +15,27 @@
 #include <unistd.h>
 
 ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
-                         size_t n, uint64_t off)
+                         size_t n, uint64_t off, sqz_read_spill *sp,
+                         int *push, uint64_t *gen)
 {
-    (void)fs;
     struct sqz_inode *in = h->inode;
+    if (sp)
+        sp->n = 0;
+    if (push)
+        *push = 0;
     if (h->plain_fd >= 0)
         return sqz_pread_full(h->plain_fd, buf, n, off);
     ssize_t r;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    if (in->kind == SQZ_K_CONTAINER && in->sf)
-        r = sqz_file_read(in->sf, buf, n, off);
-    else if (in->kind == SQZ_K_PENDING)
+    if (in->kind == SQZ_K_CONTAINER && in->sf) {
+        /* The sample is taken under io with the read (push.c). */
+        if (sp && push && sqz_push_sample(fs, in, gen)) {
+            r = sqz_file_read_spill(in->sf, buf, n, off, sp);
+            *push = r >= 0 && sp->n > 0;
+        } else {
+            r = sqz_file_read(in->sf, buf, n, off);
+        }
+    } else if (in->kind == SQZ_K_PENDING)
         r = 0;
     else
         r = -EIO;
@@ -173,6 +183,9 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
     if (size > SQZ_MAX_LENGTH)
         return -EFBIG;
     int rc = 0;
+    /* A content change without a writable handle (truncate(2)): no block
+     * is pushed into the kernel from now until it is done (push.c). */
+    sqz_push_block(in);
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     in->utimes_kept = 0; /* a size change is a data change */
@@ -240,6 +253,7 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
     }
 out:
     SQZ_RWUNLOCK(&in->io);
+    sqz_push_unblock(in);
     return rc;
 }
 

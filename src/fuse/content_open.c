@@ -248,6 +248,12 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     *keep_cache = 0;
     if (writable && fs->opts.ro)
         return -EROFS;
+    /* A writable handle is a content changer from here to its release: no
+     * block is pushed into the kernel meanwhile (push.c). Before io: the
+     * pushes in flight may wait for READs that need io. */
+    if (writable)
+        sqz_push_block(in);
+    int view_changed = 0;
 
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct stat bst;
@@ -321,7 +327,8 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         break;
     }
     case SQZ_K_CONTAINER:
-        rc = sqz_content_refresh_view_locked(fs, in, &bst, &changed);
+        rc = sqz_content_refresh_view_locked(fs, in, &bst, &view_changed);
+        changed |= view_changed;
         if (rc == 0)
             rc = sqz_content_ensure_sf(fs, in, writable);
         if (rc)
@@ -349,6 +356,10 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     record_kc(in, view_key(in, &vk) ? &vk : NULL);
     SQZ_RWUNLOCK(&in->io);
     sqz_inode_open_ref(fs, in);
+    /* A new view of a file another mount wrote: pushes of the old view
+     * still in flight end before this open returns (push.c). */
+    if (view_changed)
+        sqz_push_fence(in);
     return 0;
 
 out_close_unused:
@@ -358,6 +369,8 @@ out_close_unused:
     }
 out:
     SQZ_RWUNLOCK(&in->io);
+    if (writable)
+        sqz_push_unblock(in);
     return rc;
 }
 
@@ -367,17 +380,22 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
     memset(h, 0, sizeof(*h));
     h->inode = in;
     h->plain_fd = -1;
+    int writable = (flags & O_ACCMODE) != O_RDONLY;
+    if (writable)
+        sqz_push_block(in); /* as in sqz_content_open */
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     int rc = sqz_content_convert_empty(fs, in, relpath);
     if (rc == 0) {
         in->sf_users++;
         h->append = (flags & O_APPEND) != 0;
-        h->writable = (flags & O_ACCMODE) != O_RDONLY;
+        h->writable = writable;
         record_kc(in, NULL);
     }
     SQZ_RWUNLOCK(&in->io);
     if (rc == 0)
         sqz_inode_open_ref(fs, in);
+    else if (writable)
+        sqz_push_unblock(in);
     return rc;
 }
 
@@ -496,6 +514,8 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
     }
     record_kc(in, have_vk ? &vk : NULL);
     SQZ_RWUNLOCK(&in->io);
+    if (h->writable)
+        sqz_push_unblock(in); /* its changes are all in the daemon now */
     sqz_inode_open_unref(fs, in);
     return rc;
 }

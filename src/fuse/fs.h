@@ -91,6 +91,12 @@ struct sqz_inode {
     int utimes_kept;     /* times set by the user after the last write: */
     struct timespec utimes[2]; /* re-applied after container writes that
                                   are not user data (sync mark, checkpoint) */
+    /* push_mu (push.c): blocks pushed into the kernel's page cache */
+    pthread_mutex_t push_mu;
+    pthread_cond_t push_cv;  /* push_busy dropped to 0 */
+    uint64_t push_gen;       /* bumped when a content change starts/ends */
+    unsigned push_block;     /* writable handles + truncates in progress */
+    unsigned push_busy;      /* pushes in flight */
 };
 
 /* One open file handle (fi->fh). Fields are const after open except
@@ -131,6 +137,8 @@ struct sqz_fs {
     struct fuse_session *se;    /* for kernel cache invalidation */
     struct sqz_reval *reval;    /* revalidate.c; NULL if not running */
     int wlock_posix;            /* it is a per-process POSIX lock */
+    atomic_uint push_inflight;  /* push.c: pushes running now */
+    atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
 
     pthread_mutex_t itable_lock;
     struct sqz_inode **buckets;
@@ -242,9 +250,12 @@ void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s,
 int sqz_resolve(struct sqz_fs *fs, const char *relpath, sqz_resolved *out);
 
 /* ---- content_io.c: data I/O ---- */
-/* Read/write through a handle (locks io shared; materialises PENDING). */
+/* Read/write through a handle (locks io shared; materialises PENDING).
+ * With sp, a read of a container also returns the blocks it used in part
+ * and *push = 1, *gen (sqz_push_sample) when they may be pushed. */
 ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
-                         size_t n, uint64_t off);
+                         size_t n, uint64_t off, sqz_read_spill *sp,
+                         int *push, uint64_t *gen);
 ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
                           const void *buf, size_t n, uint64_t off,
                           int writepage);
@@ -290,6 +301,25 @@ int sqz_content_refresh_view_locked(struct sqz_fs *fs, struct sqz_inode *in,
  * changed ones. */
 int sqz_revalidate_start(struct sqz_fs *fs);
 void sqz_revalidate_stop(struct sqz_fs *fs);
+
+/* ---- push.c: decompressed blocks pushed into the kernel's page cache ---- */
+int sqz_push_init(struct sqz_inode *in);
+void sqz_push_destroy(struct sqz_inode *in);
+/* A content change (writable handle, truncate) begins: no push starts
+ * until sqz_push_unblock, and the pushes in flight are waited for. Call
+ * with no lock held. */
+void sqz_push_block(struct sqz_inode *in);
+void sqz_push_unblock(struct sqz_inode *in);
+/* The content changed at once (a read-only view was replaced, io already
+ * released): end the pushes in flight and refuse those sampled before.
+ * No lock held. */
+void sqz_push_fence(struct sqz_inode *in);
+/* io held: 1 and *gen if the bytes read now under io may be pushed. */
+int sqz_push_sample(struct sqz_fs *fs, struct sqz_inode *in, uint64_t *gen);
+/* After the READ reply, with no lock held and the inode kept alive: push
+ * the blocks of sp if nothing changed since the sample gen. */
+void sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
+                    uint64_t gen, sqz_read_spill *sp);
 
 /* ---- wlock.c: one read-write mount per BACKING ---- */
 /* Before mounting (read-write mounts only): take the writer lock. -EBUSY

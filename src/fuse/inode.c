@@ -39,6 +39,12 @@ static struct sqz_inode *inode_new(int fd, const struct stat *st)
         free(in);
         return NULL;
     }
+    if (sqz_push_init(in) != 0) {
+        pthread_mutex_destroy(&in->meta);
+        pthread_rwlock_destroy(&in->io);
+        free(in);
+        return NULL;
+    }
     in->fd = fd;
     in->dev = st->st_dev;
     in->ino = st->st_ino;
@@ -53,6 +59,7 @@ static void inode_destroy(struct sqz_inode *in)
         close(in->fd);
     pthread_rwlock_destroy(&in->io);
     pthread_mutex_destroy(&in->meta);
+    sqz_push_destroy(in);
     free(in);
 }
 

@@ -194,7 +194,6 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
-    (void)ino;
     struct sqz_fs *fs = sqz_fs_of(req);
     if (off < 0) {
         fuse_reply_err(req, EINVAL);
@@ -205,12 +204,29 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    ssize_t r = sqz_content_read(fs, handle_of(fi), buf, size, (uint64_t)off);
+    struct sqz_handle *h = handle_of(fi);
+    sqz_read_spill sp;
+    int push = 0;
+    uint64_t gen = 0;
+    ssize_t r = sqz_content_read(fs, h, buf, size, (uint64_t)off, &sp, &push,
+                                 &gen);
+    struct sqz_inode *in = h->inode;
+    /* The handle may be released as soon as the reply is out: an open
+     * reference keeps the inode for the push. */
+    if (push)
+        sqz_inode_open_ref(fs, in);
     if (r < 0)
         fuse_reply_err(req, (int)-r);
     else
         fuse_reply_buf(req, buf, (size_t)r);
     free(buf);
+    if (push) {
+        /* After the reply: the kernel has unlocked the pages of this
+         * request, which the push would otherwise wait for (push.c). */
+        sqz_push_store(fs, ino, in, gen, &sp);
+        sqz_read_spill_release(&sp);
+        sqz_inode_open_unref(fs, in);
+    }
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,

@@ -64,11 +64,15 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"blocks_compressed\": %" PRIu64 ", \"bytes_compressed\": %" PRIu64
         ", \"raw_blocks_stored\": %" PRIu64 ", \"cache_hits\": %" PRIu64
         ", \"cache_misses\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
-        ", \"dirty_bytes\": %" PRIu64 "}",
+        ", \"dirty_bytes\": %" PRIu64 ", \"pushed_blocks\": %" PRIu64
+        ", \"pushed_bytes\": %" PRIu64 ", \"push_skipped\": %" PRIu64 "}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
         s.backing_bytes_written, s.blocks_decompressed, s.bytes_decompressed,
         s.blocks_compressed, s.bytes_compressed, s.raw_blocks_stored,
-        s.cache_hits, s.cache_misses, s.cache_bytes, s.dirty_bytes);
+        s.cache_hits, s.cache_misses, s.cache_bytes, s.dirty_bytes,
+        (uint64_t)atomic_load(&fs->push_blocks),
+        (uint64_t)atomic_load(&fs->push_bytes),
+        (uint64_t)atomic_load(&fs->push_skipped));
 }
 
 static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)

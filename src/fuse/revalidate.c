@@ -58,6 +58,9 @@ static void check_one(struct sqz_fs *fs, struct sqz_inode *in, void *user)
     SQZ_RWUNLOCK(&in->io);
     if (!changed)
         return;
+    /* old-view blocks pushed into the kernel end before its pages are
+     * dropped (push.c) */
+    sqz_push_fence(in);
     if (l->n == l->cap) {
         size_t nc = l->cap ? 2 * l->cap : 16;
         fuse_ino_t *nv = realloc(l->v, nc * sizeof(*nv));
