@@ -1236,6 +1236,73 @@ static void test_bound_commit_error_surfaces(void)
     unlink(pb);
 }
 
+/* sqz_file_read_spill: the blocks a read used in part, whole, with their
+ * content as the file has it; never dirty blocks; nothing on errors. */
+static void test_read_spill(void)
+{
+    char path[4096];
+    path_of(path, sizeof path, "spill");
+    const int log2bs = 14;
+    const size_t bs = (size_t)1 << log2bs;
+    sqz_engine_opts o = {.threads = 2, .cache_bytes = 64 * bs};
+    sqz_engine *e;
+    REQUIRE(sqz_engine_new(&o, &e) == 0);
+    sqz_file *f = create_file(e, path, SQZ_ALG_ZSTD, log2bs);
+    const uint64_t len = 5 * bs + 1000; /* the last block is partial */
+    unsigned char *model = malloc(len), *buf = malloc(2 * bs);
+    REQUIRE(model && buf);
+    uint64_t rng = 77;
+    fill_chunk(model, len, &rng);
+    REQUIRE(sqz_file_write(f, model, len, 0) == (ssize_t)len);
+    REQUIRE(sqz_file_flush(f) == 0);
+
+    sqz_read_spill sp;
+    /* 4 KiB inside block 1: block 1 whole */
+    CHECK(sqz_file_read_spill(f, buf, 4096, bs + 8192, &sp) == 4096);
+    CHECK(memcmp(buf, model + bs + 8192, 4096) == 0);
+    CHECK(sp.n == 1);
+    if (sp.n == 1) {
+        CHECK(sp.v[0].off == bs && sp.v[0].len == bs);
+        CHECK(memcmp(sp.v[0].data, model + bs, bs) == 0);
+    }
+    sqz_read_spill_release(&sp);
+    CHECK(sp.n == 0);
+    /* whole blocks: nothing to spill */
+    CHECK(sqz_file_read_spill(f, buf, 2 * bs, 2 * bs, &sp) == (ssize_t)(2 * bs));
+    CHECK(sp.n == 0);
+    /* across blocks 2 and 3, both in part: both */
+    CHECK(sqz_file_read_spill(f, buf, bs, 2 * bs + 100, &sp) == (ssize_t)bs);
+    CHECK(sp.n == 2);
+    for (size_t i = 0; i < sp.n; i++) {
+        CHECK(sp.v[i].len == bs);
+        CHECK(memcmp(sp.v[i].data, model + sp.v[i].off, bs) == 0);
+    }
+    sqz_read_spill_release(&sp);
+    /* the partial last block, read from its middle: it ends at the length */
+    CHECK(sqz_file_read_spill(f, buf, 4096, 5 * bs + 500, &sp) == 500);
+    CHECK(sp.n == 1);
+    if (sp.n == 1) {
+        CHECK(sp.v[0].off == 5 * bs && sp.v[0].len == 1000);
+        CHECK(memcmp(sp.v[0].data, model + 5 * bs, 1000) == 0);
+    }
+    sqz_read_spill_release(&sp);
+    /* read whole to the end: nothing */
+    CHECK(sqz_file_read_spill(f, buf, 2 * bs, 5 * bs, &sp) == 1000);
+    CHECK(sp.n == 0);
+    /* a dirty block is never spilled */
+    REQUIRE(sqz_file_write(f, "x", 1, 3 * bs + 5) == 1);
+    model[3 * bs + 5] = 'x';
+    CHECK(sqz_file_read_spill(f, buf, 4096, 3 * bs + 4096, &sp) == 4096);
+    CHECK(memcmp(buf, model + 3 * bs + 4096, 4096) == 0);
+    CHECK(sp.n == 0);
+    sqz_read_spill_release(&sp);
+    CHECK(sqz_file_close(f) == 0);
+    sqz_engine_free(e);
+    unlink(path);
+    free(model);
+    free(buf);
+}
+
 int main(void)
 {
     test_pool();
@@ -1260,6 +1327,7 @@ int main(void)
     test_flusher();
     test_write_overlap();
     test_bound_commit_error_surfaces();
+    test_read_spill();
 
     rmdir(tmpdir);
     free(tmpdir);
