@@ -97,6 +97,10 @@ int sqz_rules_match_policy(const sqz_rules *r, const char *relpath,
                            sqz_policy *out);
 /* Number of rules with an after clause. */
 size_t sqz_rules_count_aged(const sqz_rules *r);
+/* Rule i (0-based, in file order): its pattern, policy and line. 0 or
+ * -ERANGE. */
+int sqz_rules_get(const sqz_rules *r, size_t i, const char **pattern,
+                  sqz_policy *pol, int *line);
 
 /* Where an effective policy came from. */
 typedef enum sqz_policy_source {

@@ -47,6 +47,20 @@ size_t sqz_rules_count_aged(const sqz_rules *r)
     return n;
 }
 
+int sqz_rules_get(const sqz_rules *r, size_t i, const char **pattern,
+                  sqz_policy *pol, int *line)
+{
+    if (!r || i >= r->n)
+        return -ERANGE;
+    if (pattern)
+        *pattern = r->v[i].pattern;
+    if (pol)
+        *pol = r->v[i].pol;
+    if (line)
+        *line = r->v[i].line;
+    return 0;
+}
+
 int sqz_rules_match_policy(const sqz_rules *r, const char *relpath,
                            sqz_policy *out)
 {
