@@ -170,7 +170,7 @@ static void tier_one(tier_ctx *x, const char *path, const status *st)
     if (r == -EBUSY || r == -EMLINK) {
         x->skipped++;
         what = r == -EBUSY ? "skipped" : "skipped-links";
-    } else if (r == -EAGAIN || r == -EINTR) {
+    } else if (r == -ECANCELED || r == -EINTR) {
         x->abandoned++;
         what = "abandoned";
     } else if (r == -EALREADY) {

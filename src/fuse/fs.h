@@ -329,8 +329,9 @@ int sqz_tier_status_json(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
 /* setxattr user.squeezefs.tier (value: the rate in bytes/s, "" or 0 =
  * unlimited): tier the file now, in a low-priority thread, while the
  * request waits. 0 (tiered), -EALREADY (not due), -EBUSY (open for
- * writing), -EMLINK (hard links), -EAGAIN (written meanwhile: abandoned),
- * -EINTR (request interrupted), other -errno. */
+ * writing), -EMLINK (hard links), -ECANCELED (written meanwhile, or the
+ * mount is stopping: abandoned), -EINTR (request interrupted), other
+ * -errno. */
 int sqz_tier_request(struct sqz_fs *fs, fuse_req_t req, struct sqz_inode *in,
                      const char *value, size_t size);
 /* Start the tier state (rw mounts) and, with tier=INTERVAL, the thread. */

@@ -150,6 +150,7 @@ static int walk_dir(struct pass *ps, int dfd, const char *rel)
             close(dup_fd);
         return 0; /* unreadable: nothing to tier here */
     }
+    rewinddir(d); /* the dup shares the offset the last pass left at the end */
     char **names = NULL;
     size_t n = 0, cap = 0;
     struct dirent *de;

@@ -543,5 +543,6 @@ int sqz_tier_request(struct sqz_fs *fs, fuse_req_t req, struct sqz_inode *in,
     if (rc)
         return -rc;
     pthread_join(th, NULL);
-    return j.rc;
+    /* the kernel turns EAGAIN from setxattr into EOPNOTSUPP */
+    return j.rc == -EAGAIN ? -ECANCELED : j.rc;
 }
