@@ -73,8 +73,8 @@ int sqz_tier_status_get(struct sqz_fs *fs, struct sqz_inode *in,
  * counts the outcome in fs->tier. */
 int sqz_tier_file(struct sqz_fs *fs, struct sqz_inode *in,
                   const struct sqz_tier_pace *pace, struct sqz_tier_result *res);
-/* Lower the calling thread's CPU and I/O priority (nice 19, lowest
- * best-effort I/O priority); best effort. */
+/* Lower the calling thread's CPU and I/O priority (SCHED_IDLE, else nice
+ * 19; the lowest best-effort I/O priority); best effort. */
 void sqz_tier_lower_priority(void);
 
 #endif
