@@ -110,6 +110,8 @@ def test_tier_cli_age_boundary_dry_run(tmp_path, mount_factory):
         "hdb/d1/trade/price": (text(3 * MiB, 1), DAY + 120),      # past 1d: due
         "hdb/d1/trade/size": (text(2 * MiB, 2), DAY - 120),       # 2 minutes short
         "hdb/d2/quote/bid": (text(1 * MiB, 3), 40 * DAY),         # due
+        # due, with 3 MiB of zeros (holes in the new container)
+        "hdb/d2/quote/ask": (text(MiB, 9) + bytes(3 * MiB) + text(MiB + 77, 10), 40 * DAY),
         "other/old": (text(1 * MiB, 4), 40 * DAY),                # no after clause
     }
     for rel, (data, age) in files.items():
@@ -118,15 +120,16 @@ def test_tier_cli_age_boundary_dry_run(tmp_path, mount_factory):
     bk = {rel: sha(os.path.join(m.backing, rel)) for rel in files}
     states = {rel: status(m.path(rel))["state"] for rel in files}
     assert states == {"hdb/d1/trade/price": "due", "hdb/d1/trade/size": "young",
-                      "hdb/d2/quote/bid": "due", "other/old": "no-after"}
+                      "hdb/d2/quote/bid": "due", "hdb/d2/quote/ask": "due",
+                      "other/old": "no-after"}
 
     p = tier("--dry-run", m.path("hdb"), m.path("other"))
     assert p.returncode == 0, p.stderr
     assert "hdb/d1/trade/price: lz4/64K -> zstd:6/256K" in p.stdout
     assert "would tier" in p.stdout and "size" not in p.stdout.split("tier --dry-run")[0]
-    assert "2 files would be tiered of 4" in p.stdout
+    assert "3 files would be tiered of 5" in p.stdout
     j = json.loads(tier("--dry-run", "--json", m.mnt).stdout)
-    assert j["dry_run"] is True and j["files"] == 2 and j["scanned"] == 4
+    assert j["dry_run"] is True and j["files"] == 3 and j["scanned"] == 5
     assert 0 < j["estimated_bytes_after"] < j["bytes_before"]
     assert {c["result"] for c in j["changes"]} == {"would-tier"}
     # the dry run changed nothing
@@ -135,10 +138,10 @@ def test_tier_cli_age_boundary_dry_run(tmp_path, mount_factory):
     p = tier("--json", m.mnt)
     assert p.returncode == 0, p.stderr
     j = json.loads(p.stdout)
-    assert j["files"] == 2 and j["failed"] == 0 and j["bytes_after"] < j["bytes_before"]
+    assert j["files"] == 3 and j["failed"] == 0 and j["bytes_after"] < j["bytes_before"]
     assert j["seconds"] > 0
     assert sorted(os.path.relpath(c["path"], m.mnt) for c in j["changes"]) == \
-        ["hdb/d1/trade/price", "hdb/d2/quote/bid"]
+        ["hdb/d1/trade/price", "hdb/d2/quote/ask", "hdb/d2/quote/bid"]
     for rel, (data, age) in files.items():
         with open(m.path(rel), "rb") as f:
             assert f.read() == data, rel
@@ -151,10 +154,10 @@ def test_tier_cli_age_boundary_dry_run(tmp_path, mount_factory):
     t = time.time() - DAY - 1
     os.utime(m.path("hdb/d1/trade/size"), (t, t))
     p = tier(m.path("hdb"))
-    assert p.returncode == 0 and "1 file tiered of 3" in p.stdout, p.stdout
+    assert p.returncode == 0 and "1 file tiered of 4" in p.stdout, p.stdout
     assert algo(os.path.join(m.backing, "hdb/d1/trade/size")) == ("zstd", 6, 18)
     stats = json.loads(run_cli("stats", "--json", m.mnt).stdout)
-    assert stats["tier_files"] == 3 and stats["tier_failed"] == 0
+    assert stats["tier_files"] == 4 and stats["tier_failed"] == 0
     assert stats["tier_bytes_after"] < stats["tier_bytes_before"]
     assert "tier_files" in run_cli("stats", m.mnt).stdout
     assert m.unmount() == 0
@@ -209,6 +212,36 @@ def test_writer_during_tiering_abandons(tmp_path, mount_factory):
     with open(m.path("hdb/f"), "rb") as f:
         assert f.read() == bytes(data)
     assert not [n for n in os.listdir(os.path.join(m.backing, "hdb")) if n.startswith(".sqz-tmp.")]
+
+
+def test_rename_unlink_truncate_during_tiering_abandon(tmp_path, mount_factory):
+    """A file renamed, removed or truncated (by path, no descriptor) while its
+    copy is made is not put back: the tiering is abandoned, the change
+    stands. (squeezefs tier uses an ioctl, so none of these waits for it.)"""
+    m = mount_factory(options=["policy=" + rules_file(tmp_path)])
+    data = text(12 * MiB, 7)
+    put(m.path("hdb/a"), data, 2 * DAY)
+    put(m.path("hdb/gone"), text(12 * MiB, 8), 2 * DAY)
+    put(m.path("hdb/t"), data, 2 * DAY)
+    for name, act in (("a", lambda: os.rename(m.path("hdb/a"), m.path("hdb/b"))),
+                      ("gone", lambda: os.unlink(m.path("hdb/gone"))),
+                      ("t", lambda: os.truncate(m.path("hdb/t"), MiB + 5))):
+        p = subprocess.Popen([squeezefs_bin(), "tier", "--max-rate", "4", m.path("hdb", name)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        act()
+        assert time.monotonic() - t0 < 1.0, name  # did not wait for the job
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 3 and "abandoned" in out, (name, out, err)
+    assert sorted(os.listdir(m.path("hdb"))) == ["b", "t"]
+    assert sorted(os.listdir(os.path.join(m.backing, "hdb"))) == ["b", "t"]
+    with open(m.path("hdb/b"), "rb") as f:
+        assert f.read() == data
+    with open(m.path("hdb/t"), "rb") as f:
+        assert f.read() == data[:MiB + 5]
+    assert algo(os.path.join(m.backing, "hdb/b"))[0] == "lz4"
+    assert algo(os.path.join(m.backing, "hdb/t"))[0] == "lz4"
 
 
 def test_readers_during_pass(tmp_path, mount_factory):

@@ -16,7 +16,9 @@ partitions would leave them).
   size      `squeezefs tier` over hdb (one pass, unlimited rate) vs writing
             the same hdb tree directly on a mount with compress=zstd:19/1M:
             bytes of the backing files (goal: tiered <= direct + 2 %); the
-            pass's own throughput (file data rewritten per second)
+            pass's own throughput (file data rewritten per second); the
+            peer: btrfs compress-force=zstd:1 and zstd:15 (its strongest) on
+            a loop device (image in /tmp, compsize's disk usage)
   reads     foreground reads of the rt partitions, 1 MiB sequential (MB/s)
             and 4 KiB random (reads/s), on a mount with tier=1s,
             tier_rate=50M while its background pass runs, vs the same mount
@@ -164,6 +166,44 @@ def rand_read(files, secs, seed):
     return n / (time.monotonic() - t0)
 
 
+def btrfs_size(src, work, level):
+    """The hdb tree written onto btrfs compress-force=zstd:LEVEL on a loop
+    device (the peer: one policy at write time): compsize's disk usage and
+    the apparent size. None (with the reason printed) if btrfs cannot run."""
+    for tool in ("mkfs.btrfs", "compsize", "losetup", "mount"):
+        if not shutil.which(tool):
+            print(f"btrfs peer skipped: {tool} not found", file=sys.stderr)
+            return None
+    img = os.path.join("/tmp", f"sqz-bench-tier-{os.getpid()}.img")
+    mnt = os.path.join(work, "btrfs")
+    os.makedirs(mnt, exist_ok=True)
+    loop = None
+    try:
+        with open(img, "wb") as f:
+            f.truncate(4 << 30)
+        subprocess.run(["mkfs.btrfs", "-q", "-f", img], check=True, capture_output=True)
+        loop = subprocess.run(["losetup", "-f", "--show", img], check=True,
+                              capture_output=True, text=True).stdout.strip()
+        subprocess.run(["mount", "-o", f"compress-force=zstd:{level}", loop, mnt],
+                       check=True, capture_output=True)
+        copy_in(src, mnt, "hdb")
+        subprocess.run(["sync"], check=True)
+        out = subprocess.run(["compsize", "-b", os.path.join(mnt, "hdb")], check=True,
+                             capture_output=True, text=True).stdout
+        total = [ln.split() for ln in out.splitlines() if ln.startswith("TOTAL")][0]
+        return int(total[2]), int(total[3])
+    except (subprocess.CalledProcessError, OSError, IndexError, ValueError) as e:
+        print(f"btrfs peer skipped: {e}", file=sys.stderr)
+        return None
+    finally:
+        if os.path.ismount(mnt):
+            subprocess.run(["umount", mnt], capture_output=True)
+        if loop:
+            subprocess.run(["losetup", "-d", loop], capture_output=True)
+        if os.path.exists(img):
+            os.unlink(img)
+
+
 def measure_sizes(a, work, src):
     rules = os.path.join(work, "hdb.rules")
     # lz4 tree, aged: the template of the read runs too
@@ -203,7 +243,9 @@ def measure_sizes(a, work, src):
         assert m.unmount() == 0
     direct = tree_bytes(os.path.join(db, "hdb"))
     shutil.rmtree(db)
+    btrfs = {lv: btrfs_size(src, work, lv) for lv in (1, 15)}
     return {"logical": logical, "lz4": lz4_size, "tiered": tiered, "direct": direct,
+            "btrfs": btrfs,
             "files": j["files"], "tier_secs": secs, "direct_secs": wsecs,
             "tier_json": j}, tmpl, rules
 
@@ -288,6 +330,13 @@ def report(a, sz, rows):
                     ("lz4/128K, then `squeezefs tier` -> zstd:19/1M", sz["tiered"]),
                     ("written directly zstd:19/1M", sz["direct"])):
         print(f"| {name} | {v[0] / MiB:.1f} | {v[1] / MiB:.1f} | {100.0 * (v[0] / d - 1):+.2f} % |")
+    for lv, v in sz["btrfs"].items():
+        if v is None:
+            print(f"| btrfs compress-force=zstd:{lv} | skipped (see stderr) | | |")
+        else:
+            print(f"| btrfs compress-force=zstd:{lv}, written directly (compsize disk usage) "
+                  f"| {v[0] / MiB:.1f} | {v[0] / MiB:.1f} | {100.0 * (v[0] / d - 1):+.2f} % |")
+    print(f"| raw (the plain files) | {L:.1f} | | {100.0 * (sz['logical'] / d - 1):+.2f} % |")
     print(f"\n`squeezefs tier` pass (unlimited rate): {L:.0f} MiB in {sz['tier_secs']:.1f} s = "
           f"{L / sz['tier_secs']:.2f} MiB/s of file data; writing directly with zstd:19/1M: "
           f"{sz['direct_secs']:.1f} s = {L / sz['direct_secs']:.2f} MiB/s\n")

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -130,6 +131,8 @@ const json_field *json_flat_get(const json_flat *o, const char *key);
 /* tiering (src/fuse/tier_job.c): get = the file's tier status as JSON,
  * set = tier it now */
 #define SQZ_XATTR_TIER "user.squeezefs.tier"
+/* src/fuse/fs.h: tier the open file now (argument: bytes/s, uint64_t) */
+#define SQZ_IOC_TIER _IOW('Q', 0x16, uint64_t)
 /* 1 if path is inside a squeezefs mount (FUSE and the daemon answers the
  * virtual xattrs), 0 if not. */
 int cli_on_mount(const char *path);

@@ -2,8 +2,8 @@
  * now over a mount (or a subtree of it). For every regular file the daemon
  * says is due (xattr user.squeezefs.tier: past the AGE of its policy's
  * after clause and stored otherwise than its aged policy), the daemon
- * rewrites it under the aged policy, online and crash-safely (setxattr of
- * user.squeezefs.tier; src/fuse/tier_job.c). --dry-run only lists what
+ * rewrites it under the aged policy, online and crash-safely (ioctl
+ * SQZ_IOC_TIER on a read-only descriptor; src/fuse/tier_job.c). --dry-run only lists what
  * would change, with a saving estimated by compressing a sample of each
  * file with its aged policy here. */
 #include <errno.h>
@@ -151,9 +151,19 @@ static void tier_one(tier_ctx *x, const char *path, const status *st)
                    st->to, (unsigned long long)st->backing, (unsigned long long)est);
         return;
     }
-    char rate[32];
-    snprintf(rate, sizeof rate, "%llu", (unsigned long long)x->rate);
-    int r = lsetxattr(path, SQZ_XATTR_TIER, rate, strlen(rate), 0) < 0 ? -errno : 0;
+    /* an ioctl on a read-only descriptor, not setxattr: the kernel holds
+     * the file's inode lock through a setxattr, so writers, truncates and
+     * renames of the file would wait for the whole rewrite */
+    int r = 0;
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
+        r = -errno;
+    } else {
+        uint64_t rate = x->rate;
+        if (ioctl(fd, SQZ_IOC_TIER, &rate) < 0)
+            r = -errno;
+        close(fd);
+    }
     status now;
     const char *what = NULL;
     if (r == 0 && get_status(path, &now) == 0) {

@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -38,6 +39,11 @@
 #define SQZ_XATTR_EFFECTIVE "user.squeezefs.effective"
 #define SQZ_XATTR_RECOMPRESS "user.squeezefs.recompress"
 #define SQZ_XATTR_TIER "user.squeezefs.tier"
+/* The same "tier it now" as an ioctl on an open descriptor (argument: the
+ * rate in bytes/s, uint64_t, 0 = unlimited). squeezefs tier uses it: the
+ * kernel holds a file's inode lock during setxattr, which would make
+ * writes, truncates and renames of the file wait for the whole job. */
+#define SQZ_IOC_TIER _IOW('Q', 0x16, uint64_t)
 
 enum sqz_kind {
     SQZ_K_UNKNOWN = 0, /* not probed (or probe result stale) */
@@ -334,6 +340,9 @@ int sqz_tier_status_json(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
  * -errno. */
 int sqz_tier_request(struct sqz_fs *fs, fuse_req_t req, struct sqz_inode *in,
                      const char *value, size_t size);
+/* The same with the rate as a number (SQZ_IOC_TIER). */
+int sqz_tier_request_rate(struct sqz_fs *fs, fuse_req_t req,
+                          struct sqz_inode *in, uint64_t rate);
 /* Start the tier state (rw mounts) and, with tier=INTERVAL, the thread. */
 int sqz_tier_start(struct sqz_fs *fs);
 /* Stop the thread (an interrupted file is abandoned, its temporary

@@ -8,7 +8,9 @@
  *    user.squeezefs.recompress (set only: rewrite the file),
  *    user.squeezefs.tier (get: the tier status as JSON; set: tier the file
  *    now, see tier_job.c).
- *  - user.squeezefs.policy is real but validated, owner or root only. */
+ *  - user.squeezefs.policy is real but validated, owner or root only.
+ * And the ioctl SQZ_IOC_TIER: user.squeezefs.tier's "tier it now" on an
+ * open descriptor. */
 #include "fuse/fs.h"
 
 #include <ctype.h>
@@ -382,8 +384,37 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
     free(all);
 }
 
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+                     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+                     size_t in_bufsz, size_t out_bufsz)
+{
+    (void)arg;
+    (void)fi;
+    (void)out_bufsz;
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    int rc;
+    uint64_t rate;
+    if (cmd != (unsigned)SQZ_IOC_TIER || (flags & FUSE_IOCTL_COMPAT) ||
+        in_bufsz != sizeof(rate))
+        rc = -ENOTTY;
+    else if (fs->opts.ro)
+        rc = -EROFS;
+    else if (!caller_owns(req, in))
+        rc = -EPERM;
+    else {
+        memcpy(&rate, in_buf, sizeof(rate));
+        rc = sqz_tier_request_rate(fs, req, in, rate);
+    }
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_ioctl(req, 0, NULL, 0);
+}
+
 void sqz_ops_xattr(struct fuse_lowlevel_ops *ops)
 {
+    ops->ioctl = op_ioctl;
     ops->getxattr = op_getxattr;
     ops->setxattr = op_setxattr;
     ops->listxattr = op_listxattr;

@@ -228,6 +228,18 @@ int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
     char label[PATH_MAX];
     sqz_inode_label(fs, in, label, sizeof(label));
     int rc = 0;
+    /* the original must still be there under its name (a rename or unlink
+     * through the mount does not take io) */
+    struct stat cur;
+    if (fstatat(t->dirfd, t->base, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
+        cur.st_ino != in->ino || cur.st_dev != in->dev) {
+        sqz_file_close(nsf);
+        return -ESTALE;
+    }
+    if (cur.st_nlink > 1) { /* linked meanwhile: renaming would split them */
+        sqz_file_close(nsf);
+        return -EMLINK;
+    }
     if (renameat(t->dirfd, t->tmp, t->dirfd, t->base) != 0) {
         rc = -errno;
         sqz_file_close(nsf);

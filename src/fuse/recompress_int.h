@@ -29,7 +29,9 @@ int sqz_rc_temp_meta(struct sqz_inode *in, const struct stat *bst, int cfd);
  * the open engine file on it (taken over in every case). Rename it over
  * the original, fsync the directory, and swap the inode over: its O_PATH
  * fd (same number), the table key, the open sqz_file (replaced by nsf, or
- * nsf closed when there was none). Closes in->sf if it was replaced. */
+ * nsf closed when there was none). Closes in->sf if it was replaced.
+ * -ESTALE (nothing done) if the original was renamed or removed since the
+ * temporary was made, -EMLINK if it got a second link. */
 int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
                           struct sqz_rc_temp *t, sqz_file *nsf);
 

@@ -404,7 +404,8 @@ static int install_locked(struct sqz_fs *fs, struct sqz_inode *in, struct copy *
     rc = sqz_file_new(fs->engine, dst, &nsf); /* closes dst on failure */
     if (rc)
         return rc;
-    return sqz_rc_install_locked(fs, in, t, nsf);
+    rc = sqz_rc_install_locked(fs, in, t, nsf);
+    return rc == -ESTALE ? -EAGAIN : rc; /* renamed or removed meanwhile */
 }
 
 static void count(struct sqz_fs *fs, int rc, const struct sqz_tier_result *res)
@@ -517,7 +518,8 @@ int sqz_tier_file(struct sqz_fs *fs, struct sqz_inode *in,
     return rc;
 }
 
-/* ---- setxattr user.squeezefs.tier: a job in its own low-priority thread ---- */
+/* ---- setxattr user.squeezefs.tier, ioctl SQZ_IOC_TIER: a job in its own
+ * low-priority thread while the request waits ---- */
 
 struct job {
     struct sqz_fs *fs;
@@ -554,6 +556,14 @@ int sqz_tier_request(struct sqz_fs *fs, fuse_req_t req, struct sqz_inode *in,
             return -EINVAL;
         rate = v;
     }
+    return sqz_tier_request_rate(fs, req, in, rate);
+}
+
+int sqz_tier_request_rate(struct sqz_fs *fs, fuse_req_t req,
+                          struct sqz_inode *in, uint64_t rate)
+{
+    if (in->type != S_IFREG)
+        return -EISDIR;
     struct job j = {.fs = fs, .in = in, .pace = {.rate = rate, .req = req}};
     if (fs->tier)
         j.pace.stop = &fs->tier->stop;
