@@ -58,8 +58,10 @@ static int get_status(const char *path, status *st)
 }
 
 /* Estimated container size of a file of st->length bytes under st->to:
- * up to two blocks (at 1/3 and 2/3 of the file) compressed here, blocks
- * that save less than 12.5 % stored raw, plus the index. */
+ * one sample of up to SAMPLE bytes from the middle of the file (from the
+ * start of a block) compressed here, stored raw when it saves less than
+ * 12.5 %, scaled to the file, plus the index. */
+#define SAMPLE ((size_t)256 << 10)
 static int estimate(const char *path, const status *st, uint64_t *out)
 {
     sqz_spec sp;
@@ -69,44 +71,34 @@ static int estimate(const char *path, const status *st, uint64_t *out)
     *out = 4096 + ((st->length + bs - 1) / bs) * 32;
     if (st->length == 0)
         return 0;
+    size_t want = bs < SAMPLE ? bs : SAMPLE;
+    uint64_t off = st->length / 2 / bs * bs;
+    if (st->length - off < want)
+        off = st->length > want ? st->length - want : 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
-    unsigned char *buf = malloc(bs);
+    unsigned char *buf = malloc(want);
     unsigned char *dst = NULL;
-    uint64_t in = 0, comp = 0;
     int r = buf ? 0 : -ENOMEM;
-    for (int k = 1; r == 0 && k <= 2; k++) {
-        uint64_t off = st->length * (uint64_t)k / 3 / bs * bs;
-        ssize_t n = pread(fd, buf, bs, (off_t)off);
-        if (n <= 0) {
-            r = n < 0 ? -errno : 0;
-            break;
-        }
+    ssize_t n = r ? 0 : pread(fd, buf, want, (off_t)off);
+    if (n < 0)
+        r = -errno;
+    close(fd);
+    if (r == 0 && n > 0) {
         sqz_alg alg = sp.alg;
         int lvl = sp.level;
         if (sp.auto_mode)
             sqz_auto_choose(sp.auto_mode, buf, (size_t)n, sp.log2bs, &alg, &lvl);
         size_t cap = sqz_compress_bound(alg, (size_t)n);
-        unsigned char *nd = realloc(dst, cap);
-        if (!nd) {
-            r = -ENOMEM;
-            break;
-        }
-        dst = nd;
-        ssize_t c = sqz_compress(alg, lvl, buf, (size_t)n, dst, cap);
+        dst = malloc(cap);
+        ssize_t c = dst ? sqz_compress(alg, lvl, buf, (size_t)n, dst, cap) : -ENOMEM;
         if (c < 0 || (uint64_t)c > (uint64_t)n * 7 / 8)
             c = n; /* stored raw */
-        in += (uint64_t)n;
-        comp += (uint64_t)c;
-        if (st->length <= bs)
-            break;
+        *out += (uint64_t)llround((double)st->length * (double)c / (double)n);
     }
-    close(fd);
     free(buf);
     free(dst);
-    if (r == 0 && in)
-        *out += (uint64_t)llround((double)st->length * (double)comp / (double)in);
     return r;
 }
 
