@@ -83,7 +83,7 @@ def stat_json(cli, *paths):
 # ---- dispatch ----
 
 COMMANDS = ["pack", "unpack", "cat", "stat", "du", "verify", "stats", "policy",
-            "recompress", "bench"]
+            "recompress", "tier", "bench"]
 
 
 def listed_commands(cli):

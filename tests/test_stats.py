@@ -14,6 +14,11 @@ KEYS = {"logical_bytes_read", "logical_bytes_written", "backing_bytes_read",
         "blocks_compressed", "bytes_compressed", "raw_blocks_stored", "cache_hits",
         "cache_misses", "cache_bytes", "dirty_bytes", "pushed_blocks", "pushed_bytes",
         "push_skipped"}
+# tiering (read-write mounts, issue 16)
+TIER_KEYS = {"tier_interval", "tier_rate", "tier_files", "tier_bytes_before",
+             "tier_bytes_after", "tier_logical_bytes", "tier_skipped", "tier_abandoned",
+             "tier_failed", "tier_passes", "tier_running", "tier_last_pass",
+             "tier_last_pass_seconds"}
 
 
 def text(n, seed=0):
@@ -37,9 +42,10 @@ def wr(path, data):
 
 def test_stats_keys(mnt):
     s = stats(mnt)
-    assert set(s) == KEYS, f"extra {set(s) - KEYS}, missing {KEYS - set(s)}"
+    want = KEYS | TIER_KEYS
+    assert set(s) == want, f"extra {set(s) - want}, missing {want - set(s)}"
     for k, v in s.items():
-        assert isinstance(v, int) and v >= 0, (k, v)
+        assert isinstance(v, (float if k == "tier_last_pass_seconds" else int)) and v >= 0, (k, v)
     p = run_cli("stats", mnt.mnt)  # human form works too
     assert p.stdout.strip()
 

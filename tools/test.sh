@@ -213,7 +213,7 @@ st_pytest_asan() {
 # --long also the POSIX and fault suites). Any TSan report fails the stage.
 st_pytest_tsan() {
     [[ -x build-tsan/squeezefs ]] || { echo "build-tsan/squeezefs missing: the build failed" >&2; return 1; }
-    local files=(tests/test_concurrency.py tests/test_stress.py tests/test_integrity.py)
+    local files=(tests/test_concurrency.py tests/test_stress.py tests/test_integrity.py tests/test_tier.py)
     [[ $LONG -eq 1 ]] && files+=(tests/test_posix.py tests/test_faults.py)
     local logs=$WORK/tsan rc=0
     mkdir -p "$logs"

@@ -39,6 +39,38 @@ int sqz_spec_format(const sqz_spec *s, char *buf, size_t n);
  * a power of two in 4K..1M. */
 int sqz_parse_block(const char *text, int *log2bs, char *err, size_t errlen);
 
+/* Aged policies: `SPEC after AGE SPEC2` names a second policy for files
+ * whose data has not changed for AGE (a file's age is now minus its mtime,
+ * as find -mtime counts it). AGE: a non-negative integer and a unit, d
+ * (days), h (hours) or m (minutes), e.g. 30d, 12h, 90m; at most 36500d. */
+#define SQZ_AGE_MAX_S (36500LL * 86400)
+typedef struct sqz_policy {
+    sqz_spec spec;      /* the policy of new (and young) files */
+    long long after_s;  /* -1: no aged policy; else the age in seconds */
+    sqz_spec aged;      /* the policy once older than after_s (valid when
+                           after_s >= 0); log2bs 0 = no block size given */
+} sqz_policy;
+
+/* Parse AGE ("30d"). 0 or -EINVAL with a message in err. */
+int sqz_age_parse(const char *text, long long *secs, char *err,
+                  size_t errlen);
+/* Canonical text of an age: the largest of d, h, m that divides it (a
+ * multiple of 60 s, as every parsed age is). Returns length or -ENOSPC /
+ * -EINVAL. */
+int sqz_age_format(long long secs, char *buf, size_t n);
+/* Parse `SPEC` or `SPEC after AGE SPEC2` (SPEC and SPEC2 as for
+ * sqz_spec_parse; a kdb+ triple next to an after clause must be quoted).
+ * The word `after` is case-insensitive. 0 or -EINVAL with a clear message
+ * in err; out is untouched on failure. */
+int sqz_policy_parse(const char *text, sqz_policy *out, char *err,
+                     size_t errlen);
+/* Canonical text: "lz4/128K after 30d zstd:19/1M", or the SPEC alone.
+ * Returns length or -ENOSPC / -EINVAL. */
+int sqz_policy_format(const sqz_policy *p, char *buf, size_t n);
+/* Which policy applies to a file of the given age (seconds; negative ages,
+ * mtimes in the future, count as 0): the aged one once age >= after_s. */
+int sqz_policy_is_aged(const sqz_policy *p, long long age_s);
+
 /* Glob match of pattern against a path relative to the mount root (no
  * leading '/'). '*' and '?' stay within one component, '[...]' classes,
  * '**' matches across components (zero or more). A pattern without '/'
@@ -46,9 +78,9 @@ int sqz_parse_block(const char *text, int *log2bs, char *err, size_t errlen);
  * pattern at the root. Returns 1 on match, 0 otherwise. */
 int sqz_glob_match(const char *pattern, const char *relpath);
 
-/* Rule files: one rule per line, `PATTERN SPEC`, '#' comments, blank
- * lines ignored. SPEC may contain spaces only as a quoted kdb+ triple
- * ("17 2 6"). */
+/* Rule files: one rule per line, `PATTERN SPEC` or `PATTERN SPEC after
+ * AGE SPEC2`, '#' comments, blank lines ignored. A SPEC may contain spaces
+ * only as a quoted kdb+ triple ("17 2 6"). */
 typedef struct sqz_rules sqz_rules;
 /* Errors name the line: "policy.rules:3: unknown algorithm 'zsdt' ...". */
 int sqz_rules_parse(const char *text, const char *source_name,
@@ -60,6 +92,15 @@ size_t sqz_rules_count(const sqz_rules *r);
 /* First matching rule: returns its 1-based line number and sets *out,
  * or 0 if none matches. */
 int sqz_rules_match(const sqz_rules *r, const char *relpath, sqz_spec *out);
+/* The same with the whole policy of the rule (its after clause). */
+int sqz_rules_match_policy(const sqz_rules *r, const char *relpath,
+                           sqz_policy *out);
+/* Number of rules with an after clause. */
+size_t sqz_rules_count_aged(const sqz_rules *r);
+/* Rule i (0-based, in file order): its pattern, policy and line. 0 or
+ * -ERANGE. */
+int sqz_rules_get(const sqz_rules *r, size_t i, const char **pattern,
+                  sqz_policy *pol, int *line);
 
 /* Where an effective policy came from. */
 typedef enum sqz_policy_source {
@@ -70,7 +111,7 @@ typedef enum sqz_policy_source {
 } sqz_policy_source;
 
 /* The persistent per-file / per-directory policy lives in BACKING as the
- * xattr below (value: SPEC text). */
+ * xattr below (value: policy text, `SPEC [after AGE SPEC2]`). */
 #define SQZ_POLICY_XATTR "user.squeezefs.policy"
 
 typedef struct sqz_resolved {
@@ -78,6 +119,10 @@ typedef struct sqz_resolved {
     sqz_policy_source source;
     char where[512];            /* relpath of the file/dir, or
                                    "FILE:LINE", or "default" */
+    long long after_s;          /* the winning source's after clause: -1
+                                   none, else the age in seconds */
+    sqz_spec aged;              /* its aged policy (block size filled in:
+                                   without one, spec's) */
 } sqz_resolved;
 
 /* Resolve relpath (relative to the backing root dirfd, no leading '/',
@@ -88,7 +133,10 @@ typedef struct sqz_resolved {
  *   3. first matching rule (rules may be NULL),
  *   4. deflt.
  * A spec without a block size takes the block size of the next source down
- * (ultimately deflt->log2bs, which must be set). Path components are
+ * (ultimately deflt->log2bs, which must be set). The after clause belongs
+ * to the winning source's policy (a directory's plain SPEC overrides a
+ * rule's after clause as it overrides its SPEC); the mount default has
+ * none. Path components are
  * opened with O_NOFOLLOW relative to root_fd (never escapes the root).
  * An unparsable xattr value is skipped (logged by the caller if wanted).
  * Returns 0 or negative errno (only for I/O errors other than ENOENT/ENODATA). */

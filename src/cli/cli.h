@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 
@@ -24,6 +25,7 @@ int cmd_policy(int argc, char **argv);
 int cmd_recompress(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_du(int argc, char **argv);
+int cmd_tier(int argc, char **argv);
 
 /* help.c: the full help of command (usage, options, examples, exit
  * status) on out. 0, or -ENOENT for a word that is not a command. */
@@ -126,6 +128,11 @@ const json_field *json_flat_get(const json_flat *o, const char *key);
 #define SQZ_XATTR_STATS "user.squeezefs.stats"
 #define SQZ_XATTR_EFFECTIVE "user.squeezefs.effective"
 #define SQZ_XATTR_RECOMPRESS "user.squeezefs.recompress"
+/* tiering (src/fuse/tier_job.c): get = the file's tier status as JSON,
+ * set = tier it now */
+#define SQZ_XATTR_TIER "user.squeezefs.tier"
+/* src/fuse/fs.h: tier the open file now (argument: bytes/s, uint64_t) */
+#define SQZ_IOC_TIER _IOW('Q', 0x16, uint64_t)
 /* 1 if path is inside a squeezefs mount (FUSE and the daemon answers the
  * virtual xattrs), 0 if not. */
 int cli_on_mount(const char *path);

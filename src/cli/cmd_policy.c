@@ -1,5 +1,5 @@
 /* policy set|unset|get|check|test: per-file/directory compression policy
- * (xattr user.squeezefs.policy) and rule files. */
+ * (xattr user.squeezefs.policy, `SPEC [after AGE SPEC2]`) and rule files. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -31,11 +31,14 @@ static void print_effective(const char *spec, const char *source, const char *wh
 
 static int policy_set(const char *path, const char *text)
 {
-    sqz_spec s;
-    if (cli_spec_parse(text, &s) < 0)
+    sqz_policy s;
+    char err[256] = "";
+    if (sqz_policy_parse(text, &s, err, sizeof err) < 0) {
+        cli_err("bad policy '%s': %s", text, err);
         return CLI_USAGE;
-    char canon[64];
-    if (sqz_spec_format(&s, canon, sizeof canon) < 0) {
+    }
+    char canon[160];
+    if (sqz_policy_format(&s, canon, sizeof canon) < 0) {
         cli_err("cannot format spec '%s'", text);
         return CLI_FAIL;
     }
@@ -75,7 +78,17 @@ static int get_on_mount(const char *path)
     }
     if (where)
         where[strcspn(where, "\n")] = '\0';
-    print_effective(spec, source, where ? where : "");
+    /* the whole policy (with its after clause) from the tier status */
+    char *tier = NULL;
+    json_flat o = {0};
+    const json_field *f = NULL;
+    if (cli_get_xattr(path, SQZ_XATTR_TIER, &tier) == 0 &&
+        json_flat_parse(tier, &o, NULL, 0) == 0)
+        f = json_flat_get(&o, "policy");
+    print_effective(f && f->kind == JSON_STR ? f->str : spec, source,
+                    where ? where : "");
+    json_flat_free(&o);
+    free(tier);
     free(text);
     return CLI_OK;
 }
@@ -106,8 +119,9 @@ static int policy_get(const char *path)
         cli_err("%s: %s", path, strerror(-r));
         return CLI_FAIL;
     }
-    char spec[64];
-    if (sqz_spec_format(&res.spec, spec, sizeof spec) < 0) {
+    char spec[160];
+    sqz_policy pol = {.spec = res.spec, .after_s = res.after_s, .aged = res.aged};
+    if (sqz_policy_format(&pol, spec, sizeof spec) < 0) {
         cli_err("%s: cannot format the effective spec", path);
         return CLI_FAIL;
     }
@@ -136,13 +150,30 @@ static int policy_check(const char *file)
     int r = load_rules(file, &rules);
     if (r < 0)
         return r == -EINVAL || r == -EBADMSG ? CLI_USAGE : CLI_FAIL;
-    size_t n = sqz_rules_count(rules);
-    printf("%s: %zu rule%s, ok\n", file, n, n == 1 ? "" : "s");
+    size_t n = sqz_rules_count(rules), aged = sqz_rules_count_aged(rules);
+    if (aged == 0)
+        printf("%s: %zu rule%s, ok\n", file, n, n == 1 ? "" : "s");
+    else
+        printf("%s: %zu rule%s, ok; %zu with an aged policy:\n", file, n,
+               n == 1 ? "" : "s", aged);
+    for (size_t i = 0; i < n && aged; i++) {
+        const char *pat;
+        sqz_policy p;
+        int line;
+        char a[32], sp[64], ag[64];
+        if (sqz_rules_get(rules, i, &pat, &p, &line) < 0 || p.after_s < 0)
+            continue;
+        if (sqz_age_format(p.after_s, a, sizeof a) < 0 ||
+            sqz_spec_format(&p.spec, sp, sizeof sp) < 0 ||
+            sqz_spec_format(&p.aged, ag, sizeof ag) < 0)
+            continue;
+        printf("  line %d: %s: %s, files older than %s: %s\n", line, pat, sp, a, ag);
+    }
     sqz_rules_free(rules);
     return CLI_OK;
 }
 
-static int policy_test(const char *file, int n, char **paths)
+static int policy_test(const char *file, long long age, int n, char **paths)
 {
     sqz_rules *rules;
     int r = load_rules(file, &rules);
@@ -152,16 +183,27 @@ static int policy_test(const char *file, int n, char **paths)
         const char *rel = paths[i];
         while (rel[0] == '/')
             rel++;
-        sqz_spec s;
-        int line = sqz_rules_match(rules, rel, &s);
+        sqz_policy p;
+        int line = sqz_rules_match_policy(rules, rel, &p);
         if (line <= 0) {
             printf("%s: no rule matches\n", paths[i]);
             continue;
         }
-        char spec[64];
-        if (sqz_spec_format(&s, spec, sizeof spec) < 0)
+        char spec[160], a[32], b[32], aged[64];
+        if (sqz_policy_format(&p, spec, sizeof spec) < 0)
             snprintf(spec, sizeof spec, "?");
-        printf("%s: %s (rule %s:%d)\n", paths[i], spec, file, line);
+        if (age < 0 || p.after_s < 0) {
+            printf("%s: %s (rule %s:%d)\n", paths[i], spec, file, line);
+            continue;
+        }
+        if (sqz_age_format(age - age % 60, a, sizeof a) < 0 ||
+            sqz_age_format(p.after_s, b, sizeof b) < 0)
+            snprintf(a, sizeof a, "?");
+        int old = sqz_policy_is_aged(&p, age);
+        if (sqz_spec_format(old ? &p.aged : &p.spec, aged, sizeof aged) < 0)
+            snprintf(aged, sizeof aged, "?");
+        printf("%s: %s at age %s (%s %s; rule %s:%d: %s)\n", paths[i], aged, a,
+               old ? "aged, >=" : "young, <", b, file, line, spec);
     }
     sqz_rules_free(rules);
     return CLI_OK;
@@ -169,11 +211,11 @@ static int policy_test(const char *file, int n, char **paths)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: squeezefs policy set PATH SPEC\n"
+    fprintf(stderr, "usage: squeezefs policy set PATH 'SPEC [after AGE SPEC2]'\n"
                     "       squeezefs policy unset PATH\n"
                     "       squeezefs policy get PATH\n"
                     "       squeezefs policy check FILE\n"
-                    "       squeezefs policy test FILE RELPATH...\n");
+                    "       squeezefs policy test [--age AGE] FILE RELPATH...\n");
     return CLI_USAGE;
 }
 
@@ -190,7 +232,16 @@ int cmd_policy(int argc, char **argv)
         return policy_get(argv[2]);
     if (!strcmp(sub, "check") && argc == 3)
         return policy_check(argv[2]);
-    if (!strcmp(sub, "test") && argc >= 4)
-        return policy_test(argv[2], argc - 3, argv + 3);
+    if (!strcmp(sub, "test") && argc >= 6 && !strcmp(argv[2], "--age")) {
+        long long age;
+        char err[256] = "";
+        if (sqz_age_parse(argv[3], &age, err, sizeof err) < 0) {
+            cli_err("--age: %s", err);
+            return CLI_USAGE;
+        }
+        return policy_test(argv[4], age, argc - 5, argv + 5);
+    }
+    if (!strcmp(sub, "test") && argc >= 4 && strcmp(argv[2], "--age"))
+        return policy_test(argv[2], -1, argc - 3, argv + 3);
     return usage();
 }

@@ -1,8 +1,10 @@
 /* stats [--json] MOUNTPOINT: the daemon's counters (xattr
- * user.squeezefs.stats on the mount root) with derived rates. */
+ * user.squeezefs.stats on the mount root) with derived rates, and what
+ * tiering did (tier_*: read-write mounts). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -20,6 +22,44 @@ static double num(const json_flat *o, const char *key)
     const json_field *f = json_flat_get(o, key);
     return f && f->kind == JSON_NUM ? f->num : 0;
 }
+
+/* tiering since the mount (src/fuse/tier.c) */
+static const char *const tier_keys[] = {
+    "tier_files", "tier_bytes_before", "tier_bytes_after", "tier_logical_bytes",
+    "tier_skipped", "tier_abandoned", "tier_failed", "tier_passes",
+};
+#define NTIER (sizeof tier_keys / sizeof tier_keys[0])
+
+static void print_tier(const json_flat *o)
+{
+    const json_field *iv = json_flat_get(o, "tier_interval");
+    if (!iv || iv->kind != JSON_NUM)
+        return; /* a read-only mount: no tiering */
+    double rate = num(o, "tier_rate");
+    if (iv->num > 0)
+        printf("%-22s every %.0f s, %s%.0f MiB/s\n", "tier", iv->num,
+               rate > 0 ? "" : "unlimited ", rate > 0 ? rate / 1048576.0 : 0.0);
+    else
+        printf("%-22s off (squeezefs tier runs passes)\n", "tier");
+    for (size_t i = 0; i < NTIER; i++) {
+        const json_field *f = json_flat_get(o, tier_keys[i]);
+        printf("%-22s %s\n", tier_keys[i], f && f->kind == JSON_NUM ? f->str : "?");
+    }
+    double last = num(o, "tier_last_pass");
+    if (last > 0) {
+        time_t t = (time_t)last;
+        struct tm tm;
+        char when[64];
+        gmtime_r(&t, &tm);
+        strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        printf("%-22s %s (%.1f s)\n", "tier_last_pass", when,
+               num(o, "tier_last_pass_seconds"));
+    } else {
+        printf("%-22s -\n", "tier_last_pass");
+    }
+    printf("%-22s %s\n", "tier_running", num(o, "tier_running") > 0 ? "yes" : "no");
+}
+
 
 int cmd_stats(int argc, char **argv)
 {
@@ -75,6 +115,7 @@ int cmd_stats(int argc, char **argv)
             printf("%-22s %.3f\n", "write_ratio", lw / bw);
         if (bbr > 0 && bd > 0)
             printf("%-22s %.3f\n", "read_ratio", bd / bbr);
+        print_tier(&o);
     }
     json_flat_free(&o);
     free(text);

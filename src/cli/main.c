@@ -23,8 +23,9 @@ static const command commands[] = {
     {"stats", cmd_stats, "stats [--json] MOUNTPOINT"},
     {"policy", cmd_policy,
      "policy set PATH SPEC | unset PATH | get PATH | check FILE | "
-     "test FILE RELPATH..."},
+     "test [--age AGE] FILE RELPATH..."},
     {"recompress", cmd_recompress, "recompress [--policy SPEC] PATH..."},
+    {"tier", cmd_tier, "tier [--dry-run] [--max-rate MB/s] [--json] PATH..."},
     {"bench", cmd_bench,
      "bench [--lbs 12..20|LIST] [--alg LIST] [--level LIST|RANGE] [--runs N]\n"
      "        [--threads N] [--csv FILE] [--plot DIR] [--where EXPR]\n"

@@ -88,6 +88,7 @@ ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
     struct sqz_inode *in = h->inode;
     if (!h->writable)
         return -EBADF;
+    sqz_inode_changed(in);
     if (h->plain_fd >= 0) {
         int r = sqz_pwrite_full(h->plain_fd, buf, n, off);
         return r < 0 ? r : (ssize_t)n;
@@ -151,6 +152,7 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
         return -EOPNOTSUPP;
     if (!h->writable)
         return -EBADF;
+    sqz_inode_changed(in);
     if (h->plain_fd >= 0)
         return fallocate(h->plain_fd, mode, (off_t)off, (off_t)len) ? -errno : 0;
     if (mode & FALLOC_FL_KEEP_SIZE)
@@ -186,6 +188,7 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
     /* A content change without a writable handle (truncate(2)): no block
      * is pushed into the kernel from now until it is done (push.c). */
     sqz_push_block(in);
+    sqz_inode_changed(in);
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     in->utimes_kept = 0; /* a size change is a data change */

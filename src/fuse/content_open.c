@@ -345,6 +345,10 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     in->kind = kind;
     h->append = (flags & O_APPEND) != 0;
     h->writable = writable;
+    if (writable) {
+        in->writers++;
+        sqz_inode_changed(in);
+    }
 
     /* keep_cache when nothing changed since the previous open/release. */
     if (!changed) {
@@ -389,6 +393,10 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
         in->sf_users++;
         h->append = (flags & O_APPEND) != 0;
         h->writable = writable;
+        if (h->writable) {
+            in->writers++;
+            sqz_inode_changed(in);
+        }
         record_kc(in, NULL);
     }
     SQZ_RWUNLOCK(&in->io);
@@ -484,6 +492,8 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct sqz_bkey vk;
     int have_vk = view_key(in, &vk); /* before the view may be closed */
+    if (h->writable && in->writers > 0)
+        in->writers--;
     if (h->plain_fd >= 0) {
         if (close(h->plain_fd) != 0)
             rc = -errno;

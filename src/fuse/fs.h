@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <time.h>
@@ -37,6 +38,12 @@
 #define SQZ_XATTR_STAT "user.squeezefs.stat"
 #define SQZ_XATTR_EFFECTIVE "user.squeezefs.effective"
 #define SQZ_XATTR_RECOMPRESS "user.squeezefs.recompress"
+#define SQZ_XATTR_TIER "user.squeezefs.tier"
+/* The same "tier it now" as an ioctl on an open descriptor (argument: the
+ * rate in bytes/s, uint64_t, 0 = unlimited). squeezefs tier uses it: the
+ * kernel holds a file's inode lock during setxattr, which would make
+ * writes, truncates and renames of the file wait for the whole job. */
+#define SQZ_IOC_TIER _IOW('Q', 0x16, uint64_t)
 
 enum sqz_kind {
     SQZ_K_UNKNOWN = 0, /* not probed (or probe result stale) */
@@ -78,6 +85,12 @@ struct sqz_inode {
                             (durable.c); a reopen takes it back */
     uint64_t dgen;       /* bumped whenever dctr is set */
     int dq_queued;       /* in the durable queue (holds an open ref) */
+    unsigned writers;    /* open handles that may write (tiering skips) */
+    /* atomic */
+    atomic_uint_fast64_t wgen; /* bumped by every change of the content
+                                  through the mount and every open for
+                                  writing: tiering abandons a copy made
+                                  while it moved (tier_job.c) */
     /* meta */
     pthread_mutex_t meta;
     int probe_valid;
@@ -136,6 +149,7 @@ struct sqz_fs {
     int wlock_fd;               /* wlock.c: the writer lock (-1: none) */
     struct fuse_session *se;    /* for kernel cache invalidation */
     struct sqz_reval *reval;    /* revalidate.c; NULL if not running */
+    struct sqz_tier *tier;      /* tier.c; NULL on read-only mounts */
     int wlock_posix;            /* it is a per-process POSIX lock */
     atomic_uint push_inflight;  /* push.c: pushes running now */
     atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
@@ -162,6 +176,10 @@ fuse_ino_t sqz_nodeid(struct sqz_fs *fs, struct sqz_inode *in);
 int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
                      const char *name, struct stat *st,
                      struct sqz_inode **out);
+/* The same below a backing directory fd (the tier pass walks BACKING
+ * itself); the lookup counted is the caller's to forget. */
+int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
+                        struct stat *st, struct sqz_inode **out);
 void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n);
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in);
 void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
@@ -333,6 +351,38 @@ void sqz_writer_unlock(struct sqz_fs *fs);
 /* Rewrite a regular file under spec (crash-safe temp + rename). */
 int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
                    const sqz_spec *spec);
+/* The content of in changed or may change (a write, an open for writing). */
+static inline void sqz_inode_changed(struct sqz_inode *in)
+{
+    atomic_fetch_add_explicit(&in->wgen, 1, memory_order_acq_rel);
+}
+
+/* ---- tier_job.c / tier.c: age-based tiering (docs in tier.c) ---- */
+/* getxattr user.squeezefs.tier: the file's tier status as JSON. Length
+ * or -errno. */
+int sqz_tier_status_json(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                         size_t n);
+/* setxattr user.squeezefs.tier (value: the rate in bytes/s, "" or 0 =
+ * unlimited): tier the file now, in a low-priority thread, while the
+ * request waits. 0 (tiered), -EALREADY (not due), -EBUSY (open for
+ * writing), -EMLINK (hard links), -ECANCELED (written meanwhile, or the
+ * mount is stopping: abandoned), -EINTR (request interrupted), other
+ * -errno. */
+int sqz_tier_request(struct sqz_fs *fs, fuse_req_t req, struct sqz_inode *in,
+                     const char *value, size_t size);
+/* The same with the rate as a number (SQZ_IOC_TIER). */
+int sqz_tier_request_rate(struct sqz_fs *fs, fuse_req_t req,
+                          struct sqz_inode *in, uint64_t rate);
+/* Start the tier state (rw mounts) and, with tier=INTERVAL, the thread. */
+int sqz_tier_start(struct sqz_fs *fs);
+/* Stop the thread (an interrupted file is abandoned, its temporary
+ * removed; the pass resumes where it was at the next mount). Idempotent. */
+void sqz_tier_stop(struct sqz_fs *fs);
+/* After sqz_tier_stop: free the state. */
+void sqz_tier_free(struct sqz_fs *fs);
+/* The tier counters as JSON members (", \"tier_files\": N, ...") for the
+ * stats xattr. Length or -ENOSPC. */
+int sqz_tier_stats_json(struct sqz_fs *fs, char *buf, size_t n);
 
 /* ---- ops_*.c: the lowlevel operations ---- */
 void sqz_ops_entry(struct fuse_lowlevel_ops *ops);

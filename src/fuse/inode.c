@@ -254,12 +254,18 @@ int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
                      const char *name, struct stat *st,
                      struct sqz_inode **out)
 {
+    return sqz_inode_lookup_at(fs, parent->fd, name, st, out);
+}
+
+int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
+                        struct stat *st, struct sqz_inode **out)
+{
     *out = NULL;
     if (!sqz_name_ok(name))
         return -EINVAL;
     if (sqz_name_hidden(name))
         return -ENOENT;
-    int fd = openat(parent->fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    int fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {

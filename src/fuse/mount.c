@@ -50,7 +50,13 @@ void sqz_mount_usage(FILE *out)
         "     threads=N           compression threads (default: cores)\n"
         "     min_saving=PCT      store a block raw unless compression saves\n"
         "                         PCT percent (default 12.5)\n"
-        "     policy=FILE         rule file (lines: PATTERN SPEC)\n"
+        "     policy=FILE         rule file (lines: PATTERN SPEC\n"
+        "                         [after AGE SPEC2])\n"
+        "     tier=INTERVAL       background tiering pass every INTERVAL\n"
+        "                         (30s, 10m, 1h, 1d; default off): files older\n"
+        "                         than their policy's AGE are rewritten with SPEC2\n"
+        "     tier_rate=SIZE      file data a tiering job rewrites per second\n"
+        "                         (default 50M; 0 = unlimited)\n"
         "     writeback           use the kernel writeback cache (faster,\n"
         "                         weaker durability)\n"
         "     ro                  read-only\n"
@@ -107,6 +113,7 @@ static void op_destroy(void *userdata)
     struct sqz_fs *fs = userdata;
     if (!fs->engine)
         return;
+    sqz_tier_stop(fs); /* its file in progress is abandoned */
     g_destroy_rc = sqz_content_sync_all(fs);
 }
 
@@ -279,6 +286,7 @@ static int ncores(void)
 
 static void teardown(struct sqz_fs *fs)
 {
+    sqz_tier_free(fs);
     sqz_revalidate_stop(fs);
     sqz_durable_free(fs);
     int rc = sqz_itable_free(fs);
@@ -406,6 +414,10 @@ int sqz_mount_main(int argc, char **argv)
         sqz_logf(SQZ_LOG_ERR, "cannot start the durability thread: %s", strerror(-rc));
         goto out_unmount;
     }
+    if ((rc = sqz_tier_start(fs)) < 0) {
+        sqz_logf(SQZ_LOG_ERR, "cannot start tiering: %s", strerror(-rc));
+        goto out_unmount;
+    }
     if ((rc = sqz_revalidate_start(fs)) < 0) {
         sqz_logf(SQZ_LOG_ERR, "cannot start the revalidation thread: %s",
                  strerror(-rc));
@@ -431,6 +443,7 @@ int sqz_mount_main(int argc, char **argv)
         sqz_logf(SQZ_LOG_ERR, "request loop failed: %s", strerror(-rc));
 
 out_unmount:
+    sqz_tier_stop(fs);
     sqz_revalidate_stop(fs); /* it notifies the kernel through se */
     fuse_session_unmount(se);
 out_signals:

@@ -5,8 +5,12 @@
  *  - virtual, never stored: user.squeezefs.stats (mount root: engine
  *    counters), user.squeezefs.stat (regular file: container figures),
  *    user.squeezefs.effective (any: "SPEC SOURCE WHERE"),
- *    user.squeezefs.recompress (set only: rewrite the file).
- *  - user.squeezefs.policy is real but validated, owner or root only. */
+ *    user.squeezefs.recompress (set only: rewrite the file),
+ *    user.squeezefs.tier (get: the tier status as JSON; set: tier the file
+ *    now, see tier_job.c).
+ *  - user.squeezefs.policy is real but validated, owner or root only.
+ * And the ioctl SQZ_IOC_TIER: user.squeezefs.tier's "tier it now" on an
+ * open descriptor. */
 #include "fuse/fs.h"
 
 #include <ctype.h>
@@ -39,7 +43,8 @@ static int is_virtual(const char *name)
     return strcmp(name, SQZ_XATTR_STATS) == 0 ||
            strcmp(name, SQZ_XATTR_STAT) == 0 ||
            strcmp(name, SQZ_XATTR_EFFECTIVE) == 0 ||
-           strcmp(name, SQZ_XATTR_RECOMPRESS) == 0;
+           strcmp(name, SQZ_XATTR_RECOMPRESS) == 0 ||
+           strcmp(name, SQZ_XATTR_TIER) == 0;
 }
 
 static int caller_owns(fuse_req_t req, struct sqz_inode *in)
@@ -57,6 +62,9 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
 {
     sqz_stats s;
     sqz_engine_stats(fs->engine, &s);
+    char tier[1024];
+    if (sqz_tier_stats_json(fs, tier, sizeof(tier)) < 0)
+        tier[0] = '\0';
     return snprintf(buf, n,
         "{\"logical_bytes_read\": %" PRIu64 ", \"logical_bytes_written\": %" PRIu64
         ", \"backing_bytes_read\": %" PRIu64 ", \"backing_bytes_written\": %" PRIu64
@@ -65,14 +73,14 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"raw_blocks_stored\": %" PRIu64 ", \"cache_hits\": %" PRIu64
         ", \"cache_misses\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
         ", \"dirty_bytes\": %" PRIu64 ", \"pushed_blocks\": %" PRIu64
-        ", \"pushed_bytes\": %" PRIu64 ", \"push_skipped\": %" PRIu64 "}",
+        ", \"pushed_bytes\": %" PRIu64 ", \"push_skipped\": %" PRIu64 "%s}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
         s.backing_bytes_written, s.blocks_decompressed, s.bytes_decompressed,
         s.blocks_compressed, s.bytes_compressed, s.raw_blocks_stored,
         s.cache_hits, s.cache_misses, s.cache_bytes, s.dirty_bytes,
         (uint64_t)atomic_load(&fs->push_blocks),
         (uint64_t)atomic_load(&fs->push_bytes),
-        (uint64_t)atomic_load(&fs->push_skipped));
+        (uint64_t)atomic_load(&fs->push_skipped), tier);
 }
 
 static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)
@@ -150,6 +158,9 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
         len = effective_line(fs, in, buf, sizeof(buf));
     } else if (strcmp(name, SQZ_XATTR_RECOMPRESS) == 0) {
         len = -ENODATA;
+    } else if (strcmp(name, SQZ_XATTR_TIER) == 0) {
+        len = in->type == S_IFREG || in->type == S_IFDIR
+                  ? sqz_tier_status_json(fs, in, buf, sizeof(buf)) : -ENODATA;
     } else {
         if (in->type == S_IFLNK) {
             fuse_reply_err(req, ENODATA);
@@ -217,9 +228,9 @@ static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
     char *text = trimmed(value, size);
     if (!text)
         return -ENOMEM;
-    sqz_spec spec;
+    sqz_policy pol;
     char err[256] = "";
-    int rc = sqz_spec_parse(text, &spec, err, sizeof(err));
+    int rc = sqz_policy_parse(text, &pol, err, sizeof(err));
     if (rc) {
         char rel[PATH_MAX];
         if (sqz_inode_relpath(fs, in, rel, sizeof(rel)) != 0)
@@ -281,6 +292,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
         rc = -EROFS;
     else if (strcmp(name, SQZ_XATTR_RECOMPRESS) == 0)
         rc = do_recompress(req, fs, in, value, size);
+    else if (strcmp(name, SQZ_XATTR_TIER) == 0)
+        rc = caller_owns(req, in) ? sqz_tier_request(fs, req, in, value, size) : -EPERM;
     else if (is_virtual(name))
         rc = -EPERM;
     else if (strcmp(name, SQZ_POLICY_XATTR) == 0)
@@ -375,8 +388,37 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
     free(all);
 }
 
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+                     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+                     size_t in_bufsz, size_t out_bufsz)
+{
+    (void)arg;
+    (void)fi;
+    (void)out_bufsz;
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    int rc;
+    uint64_t rate;
+    if (cmd != (unsigned)SQZ_IOC_TIER || (flags & FUSE_IOCTL_COMPAT) ||
+        in_bufsz != sizeof(rate))
+        rc = -ENOTTY;
+    else if (fs->opts.ro)
+        rc = -EROFS;
+    else if (!caller_owns(req, in))
+        rc = -EPERM;
+    else {
+        memcpy(&rate, in_buf, sizeof(rate));
+        rc = sqz_tier_request_rate(fs, req, in, rate);
+    }
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_ioctl(req, 0, NULL, 0);
+}
+
 void sqz_ops_xattr(struct fuse_lowlevel_ops *ops)
 {
+    ops->ioctl = op_ioctl;
     ops->getxattr = op_getxattr;
     ops->setxattr = op_setxattr;
     ops->listxattr = op_listxattr;

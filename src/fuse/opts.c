@@ -23,6 +23,7 @@ void sqz_mount_opts_init(struct sqz_mount_opts *o)
     o->readahead_bytes = SQZ_DEFAULT_READAHEAD_BYTES;
     o->revalidate_s = SQZ_DEFAULT_REVALIDATE_S;
     o->min_saving = SQZ_MIN_SAVING_DEFAULT;
+    o->tier_rate = SQZ_DEFAULT_TIER_RATE;
 }
 
 void sqz_mount_opts_free(struct sqz_mount_opts *o)
@@ -136,6 +137,37 @@ static int add_fuse_opt(struct sqz_mount_opts *o, const char *key,
     return 0;
 }
 
+int sqz_parse_interval(const char *text, long long *secs)
+{
+    if (!text || !*text || *text == '-' || *text == '+')
+        return -EINVAL;
+    if (strcmp(text, "off") == 0) {
+        *secs = 0;
+        return 0;
+    }
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(text, &end, 10);
+    if (errno || end == text)
+        return -EINVAL;
+    long long mult = 1;
+    if (*end) {
+        switch (*end) {
+        case 's': mult = 1; break;
+        case 'm': mult = 60; break;
+        case 'h': mult = 3600; break;
+        case 'd': mult = 86400; break;
+        default: return -EINVAL;
+        }
+        if (end[1])
+            return -EINVAL;
+    }
+    if (v > (unsigned long long)(SQZ_MAX_TIER_S / mult))
+        return -EINVAL;
+    *secs = (long long)v * mult;
+    return 0;
+}
+
 static int parse_min_saving(const char *v, unsigned *out)
 {
     if (!*v)
@@ -242,6 +274,24 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
             return -EINVAL;
         }
         o->revalidate_s = (int)n;
+        return 0;
+    }
+    if (strcmp(key, "tier") == 0) {
+        if (!has_val || sqz_parse_interval(val, &o->tier_s) != 0) {
+            sqz_errf(err, errlen, "tier=%s: expected an interval such as 30s, 10m, 1h, "
+                     "1d (at most 365d), or off", has_val ? val : "");
+            return -EINVAL;
+        }
+        return 0;
+    }
+    if (strcmp(key, "tier_rate") == 0) {
+        size_t b = 0;
+        if (!has_val || sqz_parse_size(val, &b) != 0) {
+            sqz_errf(err, errlen, "tier_rate=%s: expected bytes per second such as 50M "
+                     "(0: unlimited)", has_val ? val : "");
+            return -EINVAL;
+        }
+        o->tier_rate = b;
         return 0;
     }
     if (strcmp(key, "threads") == 0) {

@@ -16,6 +16,8 @@
 #define SQZ_MAX_READAHEAD_BYTES (64u * 1024u * 1024u)
 #define SQZ_DEFAULT_REVALIDATE_S 1
 #define SQZ_MAX_REVALIDATE_S 86400
+#define SQZ_DEFAULT_TIER_RATE (50ull << 20) /* tier_rate= 50M */
+#define SQZ_MAX_TIER_S (365LL * 86400)
 
 struct sqz_mount_opts {
     sqz_spec spec;          /* compress= (default zstd:1/128K); block size
@@ -29,6 +31,11 @@ struct sqz_mount_opts {
                                long an open descriptor may show a file
                                another mount changed; 0 = only at open) */
     unsigned min_saving;    /* min_saving= in permille (default 125) */
+    long long tier_s;       /* tier= background tiering pass every N
+                               seconds (0 = off, the default) */
+    unsigned long long tier_rate; /* tier_rate= bytes of file data per
+                               second a tiering job rewrites (default 50M;
+                               0 = unlimited) */
     char *policy_file;      /* policy= (malloc'd) or NULL */
     int writeback;          /* -o writeback */
     int ro;                 /* -o ro */
@@ -58,6 +65,10 @@ int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
 
 /* Apply the block= override to the spec. Call once after all -o. */
 void sqz_mount_opts_finish(struct sqz_mount_opts *o);
+
+/* Parse an interval: N, Ns, Nm, Nh or Nd (seconds, minutes, hours,
+ * days), or "off" / "0" (0). 0 or -EINVAL. */
+int sqz_parse_interval(const char *text, long long *secs);
 
 /* Parse a size with optional K/M/G/T suffix (binary) into bytes. */
 int sqz_parse_size(const char *text, size_t *out);

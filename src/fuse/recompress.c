@@ -12,8 +12,12 @@
  * temporary); after it, the new file is complete and durable.
  * Runs with the inode's io lock held exclusive. Refused (EMLINK) for files
  * with several hard links (renaming would split them) and (EBUSY) while
- * the file is open as a plain passthrough file. */
+ * the file is open as a plain passthrough file.
+ * Steps 1 (the temporary, its metadata) and 2-3 (rename, swap) are shared
+ * with tiering (tier_job.c), which writes the data without holding io
+ * (recompress_int.h). */
 #include "fuse/fs.h"
+#include "fuse/recompress_int.h"
 #include "common/lockorder.h"
 #include "common/fullio.h"
 
@@ -160,6 +164,134 @@ static int split_path(const char *abs, char *dir, size_t dn, char *base,
     return 0;
 }
 
+int sqz_rc_temp_create(struct sqz_inode *in, const struct stat *bst,
+                       struct sqz_rc_temp *t)
+{
+    t->dirfd = -1;
+    t->made = 0;
+    t->tmp[0] = '\0';
+    char abs[PATH_MAX + 16], dir[PATH_MAX];
+    int rc = sqz_inode_abspath(in, abs, sizeof(abs));
+    if (rc == 0)
+        rc = split_path(abs, dir, sizeof(dir), t->base, sizeof(t->base));
+    if (rc)
+        return rc;
+    t->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (t->dirfd < 0)
+        return -errno;
+    struct stat cur;
+    if (fstatat(t->dirfd, t->base, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
+        cur.st_ino != bst->st_ino || cur.st_dev != bst->st_dev)
+        return -EBUSY; /* renamed meanwhile */
+    uint64_t rnd = 0;
+    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+        rnd = (uint64_t)getpid() ^ (uint64_t)(uintptr_t)in;
+    snprintf(t->tmp, sizeof(t->tmp), SQZ_TMP_PREFIX "%016llx", (unsigned long long)rnd);
+    int tfd = openat(t->dirfd, t->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     0600);
+    if (tfd < 0)
+        return -errno;
+    t->made = 1;
+    return tfd;
+}
+
+void sqz_rc_temp_discard(struct sqz_rc_temp *t)
+{
+    if (t->made)
+        unlinkat(t->dirfd, t->tmp, 0);
+    t->made = 0;
+    if (t->dirfd >= 0)
+        close(t->dirfd);
+    t->dirfd = -1;
+}
+
+int sqz_rc_temp_meta(struct sqz_inode *in, const struct stat *bst, int cfd)
+{
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    if (fchown(cfd, bst->st_uid, bst->st_gid) != 0 ||
+        fchmod(cfd, bst->st_mode & 07777) != 0)
+        return -errno;
+    int rc = copy_xattrs(pp, cfd);
+    if (rc)
+        return rc;
+    struct timespec times[2] = {bst->st_atim, bst->st_mtim};
+    if (futimens(cfd, times) != 0 || fsync(cfd) != 0)
+        return -errno;
+    return 0;
+}
+
+int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                          struct sqz_rc_temp *t, sqz_file *nsf)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    char label[PATH_MAX];
+    sqz_inode_label(fs, in, label, sizeof(label));
+    int rc = 0;
+    /* the original must still be there under its name (a rename or unlink
+     * through the mount does not take io) */
+    struct stat cur;
+    if (fstatat(t->dirfd, t->base, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
+        cur.st_ino != in->ino || cur.st_dev != in->dev) {
+        sqz_file_close(nsf);
+        return -ESTALE;
+    }
+    if (cur.st_nlink > 1) { /* linked meanwhile: renaming would split them */
+        sqz_file_close(nsf);
+        return -EMLINK;
+    }
+    if (renameat(t->dirfd, t->tmp, t->dirfd, t->base) != 0) {
+        rc = -errno;
+        sqz_file_close(nsf);
+        return rc;
+    }
+    t->made = 0;
+    if (fsync(t->dirfd) != 0)
+        sqz_logf(SQZ_LOG_WARN, "%s: recompress: fsync of the directory failed: %s", label,
+                 strerror(errno));
+
+    /* Swap the inode over to the new backing file. */
+    int npfd = openat(t->dirfd, t->base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    struct stat nst;
+    if (npfd < 0 || fstatat(npfd, "", &nst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
+        rc = -errno;
+        if (npfd >= 0)
+            close(npfd);
+        sqz_logf(SQZ_LOG_ERR, "%s: recompress: cannot reopen the new file: %s", label,
+                 strerror(-rc));
+        sqz_file_close(nsf);
+        return rc;
+    }
+    if (dup3(npfd, in->fd, O_CLOEXEC) < 0) {
+        rc = -errno;
+        close(npfd);
+        sqz_file_close(nsf);
+        return rc;
+    }
+    close(npfd);
+    sqz_inode_rekey(fs, in, nst.st_dev, nst.st_ino);
+    sqz_inode_changed(in);
+    /* a container of the replaced file still waiting for its durable mark:
+     * that file is gone from the tree (the new one was synced) */
+    sqz_ctr *queued = sqz_durable_take_locked(in);
+    if (queued)
+        sqz_ctr_close(queued);
+    if (in->sf) {
+        sqz_file *old = in->sf;
+        in->sf = nsf;
+        in->sf_rw = 1;
+        int rc2 = sqz_file_close(old);
+        if (rc2)
+            sqz_logf(SQZ_LOG_WARN, "%s: recompress: closing the old file: %s", label,
+                     strerror(-rc2));
+    } else {
+        rc = sqz_file_close(nsf);
+    }
+    in->kind = sqz_content_handles_open(in) ? SQZ_K_CONTAINER : SQZ_K_UNKNOWN;
+    sqz_content_invalidate(in);
+    return rc;
+}
+
 int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
                    const sqz_spec *spec)
 {
@@ -171,12 +303,10 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
 
     char label[PATH_MAX];
     sqz_inode_label(fs, in, label, sizeof(label));
-    char abs[PATH_MAX + 16], dir[PATH_MAX], base[NAME_MAX + 1];
-    char tmp[64];
-    int dirfd = -1, rc;
+    int rc;
     struct source src = {.sf = NULL, .ctr = NULL, .plain_fd = -1};
     sqz_file *nsf = NULL;
-    int tmp_made = 0;
+    struct sqz_rc_temp t = {.dirfd = -1};
 
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct stat bst;
@@ -258,33 +388,11 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     }
 
     /* The temporary next to the original. */
-    rc = sqz_inode_abspath(in, abs, sizeof(abs));
-    if (rc == 0)
-        rc = split_path(abs, dir, sizeof(dir), base, sizeof(base));
-    if (rc)
-        goto out;
-    dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dirfd < 0) {
-        rc = -errno;
-        goto out;
-    }
-    struct stat cur;
-    if (fstatat(dirfd, base, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
-        cur.st_ino != bst.st_ino || cur.st_dev != bst.st_dev) {
-        rc = -EBUSY; /* renamed meanwhile */
-        goto out;
-    }
-    uint64_t rnd = 0;
-    if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
-        rnd = (uint64_t)getpid() ^ (uint64_t)(uintptr_t)in;
-    snprintf(tmp, sizeof(tmp), SQZ_TMP_PREFIX "%016llx", (unsigned long long)rnd);
-    int tfd = openat(dirfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                     0600);
+    int tfd = sqz_rc_temp_create(in, &bst, &t);
     if (tfd < 0) {
-        rc = -errno;
+        rc = tfd;
         goto out;
     }
-    tmp_made = 1;
     sqz_ctr *nc = NULL;
     rc = sqz_ctr_create_fd(tfd, &p, label, &nc);
     if (rc)
@@ -297,84 +405,25 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     rc = copy_data(&src, nsf, len, (size_t)1 << 20);
     if (rc == 0)
         rc = sqz_file_fsync(nsf, 0);
+    if (rc == 0)
+        rc = sqz_rc_temp_meta(in, &bst, sqz_ctr_fd(sqz_file_ctr(nsf)));
     if (rc)
         goto out;
-    int cfd = sqz_ctr_fd(sqz_file_ctr(nsf));
-    char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    if (fchown(cfd, bst.st_uid, bst.st_gid) != 0 ||
-        fchmod(cfd, bst.st_mode & 07777) != 0) {
-        rc = -errno;
-        goto out;
-    }
-    rc = copy_xattrs(pp, cfd);
-    if (rc)
-        goto out;
-    struct timespec times[2] = {bst.st_atim, bst.st_mtim};
-    if (futimens(cfd, times) != 0 || fsync(cfd) != 0) {
-        rc = -errno;
-        goto out;
-    }
-    if (renameat(dirfd, tmp, dirfd, base) != 0) {
-        rc = -errno;
-        goto out;
-    }
-    tmp_made = 0;
-    if (fsync(dirfd) != 0)
-        sqz_logf(SQZ_LOG_WARN, "%s: recompress: fsync of the directory failed: %s", label,
-                 strerror(errno));
-
-    /* Swap the inode over to the new backing file. */
-    int npfd = openat(dirfd, base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-    struct stat nst;
-    if (npfd < 0 || fstatat(npfd, "", &nst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
-        rc = -errno;
-        if (npfd >= 0)
-            close(npfd);
-        sqz_logf(SQZ_LOG_ERR, "%s: recompress: cannot reopen the new file: %s", label,
-                 strerror(-rc));
-        goto out;
-    }
-    if (dup3(npfd, in->fd, O_CLOEXEC) < 0) {
-        rc = -errno;
-        close(npfd);
-        goto out;
-    }
-    close(npfd);
-    sqz_inode_rekey(fs, in, nst.st_dev, nst.st_ino);
-    /* a container of the replaced file still waiting for its durable mark:
-     * that file is gone from the tree (the new one was synced) */
-    sqz_ctr *queued = sqz_durable_take_locked(in);
-    if (queued)
-        sqz_ctr_close(queued);
-    if (in->sf) {
-        sqz_file *old = in->sf;
-        in->sf = nsf;
-        in->sf_rw = 1;
-        src.sf = NULL;
-        int rc2 = sqz_file_close(old);
-        if (rc2)
-            sqz_logf(SQZ_LOG_WARN, "%s: recompress: closing the old file: %s", label,
-                     strerror(-rc2));
-    } else {
-        rc = sqz_file_close(nsf);
-    }
+    if (src.sf == in->sf)
+        src.sf = NULL; /* closed by the install */
+    rc = sqz_rc_install_locked(fs, in, &t, nsf);
     nsf = NULL;
-    in->kind = sqz_content_handles_open(in) ? SQZ_K_CONTAINER : SQZ_K_UNKNOWN;
-    sqz_content_invalidate(in);
-    sqz_logf(SQZ_LOG_INFO, "%s: recompressed", label);
+    if (rc == 0)
+        sqz_logf(SQZ_LOG_INFO, "%s: recompressed", label);
 
 out:
     if (nsf)
         sqz_file_close(nsf);
-    if (tmp_made)
-        unlinkat(dirfd, tmp, 0);
+    sqz_rc_temp_discard(&t);
     if (src.ctr)
         sqz_ctr_close(src.ctr);
     if (src.plain_fd >= 0)
         close(src.plain_fd);
-    if (dirfd >= 0)
-        close(dirfd);
     SQZ_RWUNLOCK(&in->io);
     return rc;
 }

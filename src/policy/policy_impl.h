@@ -12,4 +12,16 @@ static inline int sqz_policy_space(int c)
            c == '\f';
 }
 
+/* A whitespace-separated token [b, e) of policy text; a quoted token
+ * ("17 2 6" or '17 2 6') includes its quotes. */
+typedef struct sqz_ptoken {
+    const char *b, *e;
+} sqz_ptoken;
+
+/* Split [b, e) into at most max tokens. Returns the count, -EINVAL for an
+ * unterminated quote or text glued to a closing quote, -E2BIG for more
+ * than max tokens. */
+int sqz_policy_tokens(const char *b, const char *e, sqz_ptoken *tok,
+                      int max);
+
 #endif

@@ -14,13 +14,13 @@
 
 #include "squeezefs/policy.h"
 
-#define XATTR_VALUE_MAX 256 /* longer values cannot be valid specs */
+#define XATTR_VALUE_MAX 512 /* longer values cannot be valid policies */
 
-/* Read and parse SQZ_POLICY_XATTR of fd. fd may be an O_PATH descriptor
+/* Read and parse SQZ_POLICY_XATTR of fd (SPEC [after AGE SPEC2]). fd may be an O_PATH descriptor
  * (fgetxattr then fails with EBADF and the value is read through
  * /proc/self/fd). Returns 1 and sets *out if a valid spec is present, 0 if
  * there is none or it does not parse, -errno on I/O errors. */
-static int read_policy(int fd, sqz_spec *out)
+static int read_policy(int fd, sqz_policy *out)
 {
     char buf[XATTR_VALUE_MAX + 1];
     ssize_t n = fgetxattr(fd, SQZ_POLICY_XATTR, buf, XATTR_VALUE_MAX);
@@ -47,7 +47,7 @@ static int read_policy(int fd, sqz_spec *out)
     buf[n] = 0;
     if (memchr(buf, 0, (size_t)n))
         return 0;
-    return sqz_spec_parse(buf, out, NULL, 0) == 0 ? 1 : 0;
+    return sqz_policy_parse(buf, out, NULL, 0) == 0 ? 1 : 0;
 }
 
 static int missing(int e)
@@ -101,20 +101,20 @@ static int open_last(int parent, const char *name, int *is_dir)
 /* Best xattr policy found so far while walking down. */
 typedef struct walk {
     int found;
-    sqz_spec spec;            /* deepest valid spec */
+    sqz_policy pol;           /* deepest valid policy */
     sqz_policy_source source;
     int xattr_bs;             /* block size of the deepest spec having one */
     char where[sizeof(((sqz_resolved *)0)->where)];
 } walk;
 
-static void walk_take(walk *w, const sqz_spec *s, sqz_policy_source src,
+static void walk_take(walk *w, const sqz_policy *s, sqz_policy_source src,
                       const char *path, size_t pathlen)
 {
     w->found = 1;
-    w->spec = *s;
+    w->pol = *s;
     w->source = src;
-    if (s->log2bs)
-        w->xattr_bs = s->log2bs;
+    if (s->spec.log2bs)
+        w->xattr_bs = s->spec.log2bs;
     if (pathlen == 0)
         snprintf(w->where, sizeof w->where, "/");
     else
@@ -125,7 +125,7 @@ static void walk_take(walk *w, const sqz_spec *s, sqz_policy_source src,
 /* Walk relpath below root_fd collecting xattr policies. */
 static int walk_path(int root_fd, const char *rel, walk *w)
 {
-    sqz_spec s;
+    sqz_policy s;
     int r = read_policy(root_fd, &s);
     if (r < 0)
         return r;
@@ -201,18 +201,22 @@ int sqz_policy_resolve(int root_fd, const char *relpath,
     if (rc < 0)
         return rc;
 
-    sqz_spec rule;
-    int line = sqz_rules_match(rules, relpath, &rule);
-    int lower_bs = line && rule.log2bs ? rule.log2bs : deflt->log2bs;
+    sqz_policy rule;
+    int line = sqz_rules_match_policy(rules, relpath, &rule);
+    int lower_bs = line && rule.spec.log2bs ? rule.spec.log2bs : deflt->log2bs;
 
     memset(out, 0, sizeof *out);
+    out->after_s = -1;
+    const sqz_policy *won = NULL;
     if (w.found) {
-        out->spec = w.spec;
+        won = &w.pol;
+        out->spec = w.pol.spec;
         out->spec.log2bs = w.xattr_bs ? w.xattr_bs : lower_bs;
         out->source = w.source;
         memcpy(out->where, w.where, sizeof out->where);
     } else if (line) {
-        out->spec = rule;
+        won = &rule;
+        out->spec = rule.spec;
         out->spec.log2bs = lower_bs;
         out->source = SQZ_SRC_RULE;
         snprintf(out->where, sizeof out->where, "%s:%d",
@@ -221,6 +225,12 @@ int sqz_policy_resolve(int root_fd, const char *relpath,
         out->spec = *deflt;
         out->source = SQZ_SRC_DEFAULT;
         snprintf(out->where, sizeof out->where, "default");
+    }
+    if (won && won->after_s >= 0) {
+        out->after_s = won->after_s;
+        out->aged = won->aged;
+        if (!out->aged.log2bs)
+            out->aged.log2bs = out->spec.log2bs;
     }
     return 0;
 }

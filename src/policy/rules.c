@@ -1,9 +1,10 @@
-/* Rule files: parsing `PATTERN SPEC` lines, loading from disk, first-match
+/* Rule files: parsing `PATTERN SPEC [after AGE SPEC2]` lines, loading from disk, first-match
  * lookup. A loaded sqz_rules is immutable. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,7 +15,7 @@
 
 typedef struct sqz_rule {
     char *pattern;
-    sqz_spec spec;
+    sqz_policy pol;
     int line;
 } sqz_rule;
 
@@ -38,22 +39,54 @@ size_t sqz_rules_count(const sqz_rules *r)
     return r ? r->n : 0;
 }
 
-int sqz_rules_match(const sqz_rules *r, const char *relpath, sqz_spec *out)
+size_t sqz_rules_count_aged(const sqz_rules *r)
+{
+    size_t n = 0;
+    for (size_t i = 0; r && i < r->n; i++)
+        n += r->v[i].pol.after_s >= 0;
+    return n;
+}
+
+int sqz_rules_get(const sqz_rules *r, size_t i, const char **pattern,
+                  sqz_policy *pol, int *line)
+{
+    if (!r || i >= r->n)
+        return -ERANGE;
+    if (pattern)
+        *pattern = r->v[i].pattern;
+    if (pol)
+        *pol = r->v[i].pol;
+    if (line)
+        *line = r->v[i].line;
+    return 0;
+}
+
+int sqz_rules_match_policy(const sqz_rules *r, const char *relpath,
+                           sqz_policy *out)
 {
     if (!r || !relpath)
         return 0;
     for (size_t i = 0; i < r->n; i++) {
         if (sqz_glob_match(r->v[i].pattern, relpath)) {
             if (out)
-                *out = r->v[i].spec;
+                *out = r->v[i].pol;
             return r->v[i].line;
         }
     }
     return 0;
 }
 
+int sqz_rules_match(const sqz_rules *r, const char *relpath, sqz_spec *out)
+{
+    sqz_policy p;
+    int line = sqz_rules_match_policy(r, relpath, &p);
+    if (line && out)
+        *out = p.spec;
+    return line;
+}
+
 static int rules_add(sqz_rules *r, const char *pat, size_t patlen,
-                     const sqz_spec *spec, int line)
+                     const sqz_policy *pol, int line)
 {
     if (r->n == r->cap) {
         size_t ncap = r->cap ? r->cap * 2 : 16;
@@ -69,7 +102,7 @@ static int rules_add(sqz_rules *r, const char *pat, size_t patlen,
     memcpy(p, pat, patlen);
     p[patlen] = 0;
     r->v[r->n].pattern = p;
-    r->v[r->n].spec = *spec;
+    r->v[r->n].pol = *pol;
     r->v[r->n].line = line;
     r->n++;
     return 0;
@@ -119,35 +152,37 @@ static int parse_line(sqz_rules *r, const char *b, const char *e, int line,
                        src, line, plen > 64 ? 64 : (int)plen, b);
         return -EINVAL;
     }
-    int quoted = (*sb == '"' || *sb == '\'') && slen >= 2 && e[-1] == *sb;
-    if (!quoted) {
-        for (const char *p = sb; p < e; p++) {
-            if (sqz_policy_space((unsigned char)*p)) {
-                sqz_errf(err, errlen,
-                               "%s:%d: unexpected text after the spec; a SPEC "
-                               "with spaces must be a quoted kdb+ triple such "
-                               "as \"17 2 6\"", src, line);
-                return -EINVAL;
-            }
-        }
+    /* SPEC, or SPEC after AGE SPEC2: each SPEC one token (a triple quoted) */
+    sqz_ptoken tok[5];
+    int nt = sqz_policy_tokens(sb, e, tok, 5);
+    int shape_ok = nt == 1 ||
+                   (nt == 4 && tok[1].e - tok[1].b == 5 &&
+                    strncasecmp(tok[1].b, "after", 5) == 0);
+    if (!shape_ok) {
+        sqz_errf(err, errlen,
+                 "%s:%d: unexpected text after the spec; expected 'PATTERN SPEC' "
+                 "or 'PATTERN SPEC after AGE SPEC2' (e.g. '/hdb/*/trade/** lz4/128K "
+                 "after 30d zstd:19/1M'); a SPEC with spaces must be a quoted kdb+ "
+                 "triple such as \"17 2 6\"", src, line);
+        return -EINVAL;
     }
-    char *spectext = malloc(slen + 1);
-    if (!spectext) {
+    char *text = malloc(slen + 1);
+    if (!text) {
         sqz_errf(err, errlen, "%s:%d: out of memory", src, line);
         return -ENOMEM;
     }
-    memcpy(spectext, sb, slen);
-    spectext[slen] = 0;
-    sqz_spec spec;
+    memcpy(text, sb, slen);
+    text[slen] = 0;
+    sqz_policy pol;
     char msg[256];
     msg[0] = 0;
-    int rc = sqz_spec_parse(spectext, &spec, msg, sizeof msg);
-    free(spectext);
+    int rc = sqz_policy_parse(text, &pol, msg, sizeof msg);
+    free(text);
     if (rc != 0) {
         sqz_errf(err, errlen, "%s:%d: %s", src, line, msg);
         return rc;
     }
-    if (rules_add(r, b, plen, &spec, line) != 0) {
+    if (rules_add(r, b, plen, &pol, line) != 0) {
         sqz_errf(err, errlen, "%s:%d: out of memory", src, line);
         return -ENOMEM;
     }

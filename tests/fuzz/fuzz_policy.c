@@ -1,5 +1,6 @@
-/* libFuzzer target for the policy parsers: SPEC parsing (with a
- * format -> parse round trip that must agree), rule files, and glob
+/* libFuzzer target for the policy parsers: SPEC parsing and policies with
+ * an after clause (with format -> parse round trips that must agree), rule
+ * files, and glob
  * matching (first line = pattern, the rest = path). */
 #include <stddef.h>
 #include <stdint.h>
@@ -40,6 +41,38 @@ static void fuzz_spec(const char *text)
         abort();
 }
 
+/* SPEC [after AGE SPEC2]: a failure explains itself; a success formats
+ * to a text that parses back to the same policy. */
+static void fuzz_aged(const char *text)
+{
+    sqz_policy p, back;
+    char err[256];
+    memset(err, 'x', sizeof err);
+    if (sqz_policy_parse(text, &p, err, sizeof err) != 0) {
+        if (memchr(err, 0, sizeof err) == NULL || err[0] == 0)
+            abort();
+        return;
+    }
+    if (p.after_s < -1 || p.after_s > SQZ_AGE_MAX_S)
+        abort();
+    char canon[200];
+    int len = sqz_policy_format(&p, canon, sizeof canon);
+    if (len <= 0 || (size_t)len != strlen(canon))
+        abort();
+    if (sqz_policy_parse(canon, &back, err, sizeof err) != 0)
+        abort();
+    if (back.after_s != p.after_s || back.spec.alg != p.spec.alg ||
+        back.spec.level != p.spec.level || back.spec.log2bs != p.spec.log2bs ||
+        back.spec.auto_mode != p.spec.auto_mode)
+        abort();
+    if (p.after_s >= 0 &&
+        (back.aged.alg != p.aged.alg || back.aged.level != p.aged.level ||
+         back.aged.log2bs != p.aged.log2bs || back.aged.auto_mode != p.aged.auto_mode))
+        abort();
+    if (sqz_policy_is_aged(&p, p.after_s) != (p.after_s >= 0))
+        abort();
+}
+
 static void fuzz_rules(const char *text)
 {
     sqz_rules *r = NULL;
@@ -55,6 +88,13 @@ static void fuzz_rules(const char *text)
     size_t count = sqz_rules_count(r);
     int line = sqz_rules_match(r, "dir/sub/file.csv", &s);
     if (line < 0 || (count == 0 && line != 0))
+        abort();
+    if (sqz_rules_count_aged(r) > count)
+        abort();
+    sqz_policy pol;
+    if (sqz_rules_match_policy(r, "dir/sub/file.csv", &pol) != line)
+        abort();
+    if (line && (pol.spec.alg != s.alg || pol.spec.level != s.level))
         abort();
     sqz_rules_free(r);
 }
@@ -85,6 +125,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
     memcpy(text, d, n);
     text[n] = 0;
     fuzz_spec(text);
+    fuzz_aged(text);
     fuzz_rules(text);
     fuzz_glob(text);
     free(text);

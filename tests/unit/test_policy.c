@@ -640,6 +640,29 @@ static void test_resolve(void)
                   "a/b");
         REQUIRE(chmod(q, 0755) == 0);
     }
+    /* after clauses: the winning source's, the aged block size from its
+     * own spec or the resolved one */
+    {
+        sqz_rules *ar = NULL;
+        REQUIRE(sqz_rules_parse("*.csv lz4/64K after 30d zstd:19\n", "ar", &ar,
+                                err, sizeof err) == 0);
+        mk(root, "g", 1, "lz4 after 2h gzip:9/1M");
+        mk(root, "g/x.csv", 0, NULL);
+        sqz_resolved rs;
+        char a[64] = "";
+        REQUIRE(sqz_policy_resolve(root_fd, "c/h.csv", ar, "ar", &deflt, &rs) == 0);
+        sqz_spec_format(&rs.aged, a, sizeof a);
+        CHECK(rs.after_s == 30LL * 86400 && !strcmp(a, "zstd:19/64K"));
+        REQUIRE(sqz_policy_resolve(root_fd, "g/x.csv", ar, "ar", &deflt, &rs) == 0);
+        sqz_spec_format(&rs.aged, a, sizeof a);
+        CHECK(rs.after_s == 7200 && !strcmp(a, "gzip:9/1M") && rs.source == D);
+        /* a directory's plain SPEC overrides the rule's after clause */
+        REQUIRE(sqz_policy_resolve(root_fd, "a/b/new.csv", ar, "ar", &deflt, &rs) == 0);
+        CHECK_EQ_INT(rs.after_s, -1);
+        REQUIRE(sqz_policy_resolve(root_fd, "d.txt", ar, "ar", &deflt, &rs) == 0);
+        CHECK_EQ_INT(rs.after_s, -1);
+        sqz_rules_free(ar);
+    }
     /* root xattr */
     REQUIRE(setxattr(root, SQZ_POLICY_XATTR, "zstd:7", 6, 0) == 0);
     check_res(root_fd, "d.txt", rules, &deflt, "zstd:7/128K", D, "/");
@@ -661,6 +684,144 @@ static void test_resolve(void)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     CHECK(system(cmd) == 0);
     free(root);
+}
+
+
+/* ---- aged policies: SPEC after AGE SPEC2 ---- */
+
+static void check_policy(const char *text, const char *canon, long long after)
+{
+    sqz_policy p;
+    char err[256] = "", got[160] = "?";
+    int r = sqz_policy_parse(text, &p, err, sizeof err);
+    if (r == 0)
+        sqz_policy_format(&p, got, sizeof got);
+    if (r != 0 || strcmp(got, canon) != 0 || p.after_s != after) {
+        fprintf(stderr, "policy '%s': r=%d err='%s' -> '%s' after %lld "
+                "(want '%s' after %lld)\n", text, r, err, got,
+                r == 0 ? p.after_s : -2, canon, after);
+        sqz_test_failures++;
+        return;
+    }
+    /* the canonical text parses back to itself */
+    sqz_policy back;
+    char again[160] = "";
+    CHECK_EQ_INT(sqz_policy_parse(got, &back, err, sizeof err), 0);
+    sqz_policy_format(&back, again, sizeof again);
+    CHECK(strcmp(again, got) == 0);
+}
+
+static void check_bad_policy(const char *text, const char *want)
+{
+    sqz_policy p = {.after_s = 77};
+    char err[256] = "";
+    int r = sqz_policy_parse(text, &p, err, sizeof err);
+    if (r != -EINVAL || !strstr(err, want)) {
+        fprintf(stderr, "bad policy '%s': r=%d err='%s' (want '%s')\n", text, r,
+                err, want);
+        sqz_test_failures++;
+    }
+    CHECK_EQ_INT(p.after_s, 77); /* untouched */
+}
+
+static void test_aged(void)
+{
+    long long s = 0;
+    CHECK_EQ_INT(sqz_age_parse("30d", &s, NULL, 0), 0);
+    CHECK_EQ_INT(s, 30LL * 86400);
+    CHECK_EQ_INT(sqz_age_parse("12h", &s, NULL, 0), 0);
+    CHECK_EQ_INT(s, 12 * 3600);
+    CHECK_EQ_INT(sqz_age_parse("90m", &s, NULL, 0), 0);
+    CHECK_EQ_INT(s, 5400);
+    CHECK_EQ_INT(sqz_age_parse("0d", &s, NULL, 0), 0);
+    CHECK_EQ_INT(s, 0);
+    CHECK_EQ_INT(sqz_age_parse("36500d", &s, NULL, 0), 0);
+    char err[256];
+    const char *bad[] = {"", "d", "30", "30s", "30D", "-1d", "+1d", "1.5d",
+                         "30dd", " 30d", "36501d", "99999999999999999999d"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        err[0] = 0;
+        if (sqz_age_parse(bad[i], &s, err, sizeof err) != -EINVAL || !err[0]) {
+            fprintf(stderr, "age '%s' accepted\n", bad[i]);
+            sqz_test_failures++;
+        }
+    }
+    char buf[32];
+    CHECK(sqz_age_format(30LL * 86400, buf, sizeof buf) > 0 && !strcmp(buf, "30d"));
+    CHECK(sqz_age_format(36 * 3600, buf, sizeof buf) > 0 && !strcmp(buf, "36h"));
+    CHECK(sqz_age_format(90 * 60, buf, sizeof buf) > 0 && !strcmp(buf, "90m"));
+    CHECK(sqz_age_format(0, buf, sizeof buf) > 0 && !strcmp(buf, "0d"));
+    CHECK_EQ_INT(sqz_age_format(61, buf, sizeof buf), -EINVAL);
+    CHECK_EQ_INT(sqz_age_format(-60, buf, sizeof buf), -EINVAL);
+    CHECK_EQ_INT(sqz_age_format(86400, buf, 2), -ENOSPC);
+
+    check_policy("lz4/128K after 30d zstd:19/1M", "lz4/128K after 30d zstd:19/1M",
+                 30LL * 86400);
+    check_policy("  lz4   AFTER 48h   zstd:19 ", "lz4 after 2d zstd:19", 2 * 86400);
+    check_policy("lz4 after 90m gzip:9", "lz4 after 90m gzip:9", 5400);
+    check_policy("\"17 1 0\" after 7d \"20 5 19\"", "qipc/128K after 7d zstd:19/1M",
+                 7 * 86400);
+    check_policy("zstd:1", "zstd:1", -1);
+    check_policy("17 2 6", "gzip:6/128K", -1); /* a bare triple as before */
+    check_policy("auto after 1d auto:ratio", "auto after 1d auto:ratio", 86400);
+    check_bad_policy("after 30d zstd", "missing SPEC before 'after'");
+    check_bad_policy("lz4 after", "missing AGE");
+    check_bad_policy("lz4 after 30d", "missing SPEC2");
+    check_bad_policy("lz4 after 30x zstd", "invalid age '30x'");
+    check_bad_policy("lz4 after 30d zsdt:3", "after 30d: unknown algorithm 'zsdt'");
+    check_bad_policy("lz5 after 30d zstd", "unknown algorithm 'lz5'");
+    check_bad_policy("lz4 after 30d zstd after 60d gzip", "only one 'after'");
+    check_bad_policy("lz4 after 30d zstd:99", "level");
+
+    sqz_policy p;
+    REQUIRE(sqz_policy_parse("lz4 after 1h zstd", &p, NULL, 0) == 0);
+    CHECK_EQ_INT(sqz_policy_is_aged(&p, 3599), 0);
+    CHECK_EQ_INT(sqz_policy_is_aged(&p, 3600), 1);
+    CHECK_EQ_INT(sqz_policy_is_aged(&p, -5), 0);
+    REQUIRE(sqz_policy_parse("lz4", &p, NULL, 0) == 0);
+    CHECK_EQ_INT(sqz_policy_is_aged(&p, 1LL << 40), 0);
+
+    /* rule files */
+    sqz_rules *r = NULL;
+    err[0] = 0;
+    int rc = sqz_rules_parse("/hdb/*/trade/** lz4/128K after 30d zstd:19/1M\n"
+                             "*.log \"17 2 6\" after 12h \"20 5 19\" # old logs\n"
+                             "* zstd:1\n", "r", &r, err, sizeof err);
+    if (rc != 0)
+        fprintf(stderr, "rules: %s\n", err);
+    REQUIRE(rc == 0);
+    CHECK_EQ_INT(sqz_rules_count(r), 3);
+    CHECK_EQ_INT(sqz_rules_count_aged(r), 2);
+    CHECK_EQ_INT(sqz_rules_match_policy(r, "hdb/2024.01.02/trade/price", &p), 1);
+    char got[160];
+    sqz_policy_format(&p, got, sizeof got);
+    CHECK(strcmp(got, "lz4/128K after 30d zstd:19/1M") == 0);
+    sqz_spec sp;
+    CHECK_EQ_INT(sqz_rules_match(r, "hdb/2024.01.02/trade/price", &sp), 1);
+    CHECK(sp.alg == SQZ_ALG_LZ4 && sp.log2bs == 17);
+    CHECK_EQ_INT(sqz_rules_match_policy(r, "x/a.log", &p), 2);
+    CHECK(p.after_s == 12 * 3600 && p.aged.alg == SQZ_ALG_ZSTD && p.aged.level == 19);
+    CHECK_EQ_INT(sqz_rules_match_policy(r, "x/a.txt", &p), 3);
+    CHECK_EQ_INT(p.after_s, -1);
+    sqz_rules_free(r);
+    const char *badrules[][2] = {
+        {"* lz4 after 30d\n", "r:1: unexpected text after the spec"},
+        {"* lz4 after 30d zstd gzip\n", "r:1: unexpected text"},
+        {"* lz4 before 30d zstd\n", "r:1: unexpected text"},
+        {"* lz4 after 3O zstd\n", "r:1: invalid age '3O'"},
+        {"ok lz4\n* lz4 after 1d 17 2 6\n", "r:2: unexpected text"},
+        {"* lz4 after 1d bogus\n", "r:1: after 1d: unknown algorithm 'bogus'"},
+    };
+    for (size_t i = 0; i < sizeof badrules / sizeof badrules[0]; i++) {
+        r = NULL;
+        err[0] = 0;
+        rc = sqz_rules_parse(badrules[i][0], "r", &r, err, sizeof err);
+        if (rc != -EINVAL || r || !strstr(err, badrules[i][1])) {
+            fprintf(stderr, "bad rules '%s': rc=%d err='%s'\n", badrules[i][0], rc, err);
+            sqz_test_failures++;
+        }
+        sqz_rules_free(r);
+    }
 }
 
 /* ---- auto ---- */
@@ -726,6 +887,7 @@ int main(void)
     test_format();
     test_glob();
     test_rules();
+    test_aged();
     test_resolve();
     test_auto();
     return sqz_test_done("test_policy");

@@ -1,0 +1,38 @@
+/* The steps of a crash-safe rewrite shared by recompress (recompress.c)
+ * and tiering (tier_job.c): a hidden temporary next to the original, its
+ * metadata, and the rename + swap of the inode. Internal header. */
+#ifndef SQZ_FUSE_RECOMPRESS_INT_H
+#define SQZ_FUSE_RECOMPRESS_INT_H
+
+#include <limits.h>
+
+#include "fuse/fs.h"
+
+struct sqz_rc_temp {
+    int dirfd;              /* the original's backing directory */
+    char base[NAME_MAX + 1];/* the original's name in it */
+    char tmp[64];           /* the temporary's name (SQZ_TMP_PREFIX...) */
+    int made;               /* the temporary exists (removed by discard) */
+};
+
+/* Create the temporary next to in's backing file, which must still be the
+ * file bst describes (else -EBUSY). Returns its O_RDWR fd, or -errno. t
+ * must be discarded (sqz_rc_temp_discard) in every case. */
+int sqz_rc_temp_create(struct sqz_inode *in, const struct stat *bst,
+                       struct sqz_rc_temp *t);
+/* Remove the temporary if it still exists; close the directory. */
+void sqz_rc_temp_discard(struct sqz_rc_temp *t);
+/* Give the temporary (cfd) the original's owner, mode, user xattrs and
+ * times (bst), and fsync it. */
+int sqz_rc_temp_meta(struct sqz_inode *in, const struct stat *bst, int cfd);
+/* Caller holds io exclusive; the temporary is complete and synced, nsf
+ * the open engine file on it (taken over in every case). Rename it over
+ * the original, fsync the directory, and swap the inode over: its O_PATH
+ * fd (same number), the table key, the open sqz_file (replaced by nsf, or
+ * nsf closed when there was none). Closes in->sf if it was replaced.
+ * -ESTALE (nothing done) if the original was renamed or removed since the
+ * temporary was made, -EMLINK if it got a second link. */
+int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                          struct sqz_rc_temp *t, sqz_file *nsf);
+
+#endif
