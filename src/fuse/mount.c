@@ -373,6 +373,10 @@ int sqz_mount_main(int argc, char **argv)
         fprintf(stderr, "squeezefs: cannot mount on %s\n", cl.pos[1]);
         goto out_signals;
     }
+    /* One GETXATTR round trip less per write (killpriv.c). */
+    int kp = sqz_killpriv_install(se);
+    if (kp < 0)
+        sqz_logf(SQZ_LOG_WARN, "FUSE_HANDLE_KILLPRIV_V2 not set up: %s", strerror(-kp));
     /* Created files get exactly the mode the kernel passes (the kernel has
      * applied the caller's umask already). */
     umask(0);

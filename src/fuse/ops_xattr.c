@@ -64,11 +64,13 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"blocks_compressed\": %" PRIu64 ", \"bytes_compressed\": %" PRIu64
         ", \"raw_blocks_stored\": %" PRIu64 ", \"cache_hits\": %" PRIu64
         ", \"cache_misses\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
-        ", \"dirty_bytes\": %" PRIu64 "}",
+        ", \"dirty_bytes\": %" PRIu64 ", \"security_xattr_gets\": %lu"
+        ", \"killpriv_v2\": %d}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
         s.backing_bytes_written, s.blocks_decompressed, s.bytes_decompressed,
         s.blocks_compressed, s.bytes_compressed, s.raw_blocks_stored,
-        s.cache_hits, s.cache_misses, s.cache_bytes, s.dirty_bytes);
+        s.cache_hits, s.cache_misses, s.cache_bytes, s.dirty_bytes,
+        atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active());
 }
 
 static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)
@@ -129,6 +131,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     if (!is_user_ns(name)) {
+        atomic_fetch_add(&fs->sec_xattr_gets, 1);
         fuse_reply_err(req, ENODATA);
         return;
     }
