@@ -52,7 +52,7 @@ void sqz_mount_usage(FILE *out)
         "                         PCT percent (default 12.5)\n"
         "     policy=FILE         rule file (lines: PATTERN SPEC)\n"
         "     writeback           use the kernel writeback cache (faster,\n"
-        "                         weaker durability)\n"
+        "                         weaker durability; never with ro)\n"
         "     ro                  read-only\n"
         "     allow_other         let other users in (implies\n"
         "                         default_permissions)\n"
@@ -89,6 +89,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
                               FUSE_CAP_DONT_MASK | FUSE_CAP_EXPORT_SUPPORT);
     if (fs->opts.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
         conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+    else
+        fs->opts.writeback = 0; /* what open's flag handling relies on */
     if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
         conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)

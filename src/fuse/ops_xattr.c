@@ -65,12 +65,13 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"raw_blocks_stored\": %" PRIu64 ", \"cache_hits\": %" PRIu64
         ", \"cache_misses\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
         ", \"dirty_bytes\": %" PRIu64 ", \"security_xattr_gets\": %lu"
-        ", \"killpriv_v2\": %d}",
+        ", \"killpriv_v2\": %d, \"writeback_cache\": %d}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
         s.backing_bytes_written, s.blocks_decompressed, s.bytes_decompressed,
         s.blocks_compressed, s.bytes_compressed, s.raw_blocks_stored,
         s.cache_hits, s.cache_misses, s.cache_bytes, s.dirty_bytes,
-        atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active());
+        atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active(),
+        fs->opts.writeback);
 }
 
 static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)

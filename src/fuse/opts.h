@@ -30,7 +30,7 @@ struct sqz_mount_opts {
                                another mount changed; 0 = only at open) */
     unsigned min_saving;    /* min_saving= in permille (default 125) */
     char *policy_file;      /* policy= (malloc'd) or NULL */
-    int writeback;          /* -o writeback */
+    int writeback;          /* -o writeback (never with ro) */
     int ro;                 /* -o ro */
     int allow_other;        /* -o allow_other (forces default_permissions) */
     int default_permissions;
