@@ -306,3 +306,43 @@ def test_sqlite_survives_daemon_kill(mount_factory, tmp_path, mode):
     assert [tx for tx, _ in rows] == list(range(len(rows)))
     assert len(rows) >= seen
     assert m2.unmount() == 0, m2.log()[-3000:]
+
+
+# ---- the shipped rule file for PostgreSQL data directories ----
+
+RULES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                     "examples", "postgresql.rules")
+
+
+def test_postgresql_rules_check_and_match(cli):
+    r = cli("policy", "check", RULES)
+    assert r.stdout.strip().endswith("3 rules, ok"), r.stdout
+    paths = ["pgdata/base/5/16384", "pgdata/base/5/16384_fsm", "db/pg15/global/1262",
+             "pgdata/pg_wal/000000010000000000000001", "base/1/2",
+             "pgdata/postgresql.conf", "pgdata/pg_xact/0000"]
+    out = cli("policy", "test", RULES, *paths).stdout.splitlines()
+    got = dict(line.split(": ", 1) for line in out)
+    for p in paths[:5]:
+        assert got[p].startswith("zstd:1/16K"), (p, got[p])
+    for p in paths[5:]:
+        assert got[p] == "no rule matches", (p, got[p])
+
+
+def test_postgresql_rules_on_a_mount(mount_factory):
+    """Files created below base/, global/ and pg_wal/ of a data directory
+    get 16 KiB blocks, the others the mount default (128 KiB)."""
+    m = mount_factory(options=["writeback", f"policy={RULES}"])
+    for d in ("pgdata/base/5", "pgdata/global", "pgdata/pg_wal", "pgdata/pg_xact"):
+        os.makedirs(m.path(d))
+    want = {"pgdata/base/5/16384": 14, "pgdata/global/1262": 14,
+            "pgdata/pg_wal/000000010000000000000001": 14,
+            "pgdata/pg_xact/0000": 17, "pgdata/postgresql.conf": 17}
+    for rel in want:
+        with open(m.path(rel), "wb") as f:
+            f.write(os.urandom(100) * 200)
+    import json
+    for rel, log2bs in want.items():
+        st = json.loads(os.getxattr(m.path(rel), "user.squeezefs.stat"))
+        assert st["logicalBlockSize"] == log2bs, (rel, st)
+        assert st["algorithm"] == "zstd" and st["zipLevel"] == 1, (rel, st)
+    assert m.unmount() == 0

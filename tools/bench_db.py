@@ -20,7 +20,11 @@ Every round runs the targets in a rotated order; the table gives medians
 of --runs rounds (default 3) and each target's ratio to btrfs. FUSE mounts
 get allow_other (PostgreSQL runs as the `postgres` user). Needs root.
 
-Usage (about 7 minutes with the defaults):
+Targets: ext4 (raw dir), btrfs, mergerfs, squeezefs with default options
+and with -o writeback (the recommendation for databases), --variant
+NAME=OPTS mounts, --base BIN (an older squeezefs with default options).
+
+Usage (about 8 minutes with the defaults):
   sq-bench tools/bench_db.py [--runs 3] [--scale 20] [--duration 10]
       [--rows 1000000] [--variant NAME=OPTS ...] [--only pg,sqlite,git]
       [--git-src REPO] [--dir /var/tmp] [--squeezefs build/src/squeezefs]
@@ -56,8 +60,8 @@ def run(cmd, **kw):
 
 
 class Target:
-    def __init__(self, name, kind, opts=""):
-        self.name, self.kind, self.opts = name, kind, opts
+    def __init__(self, name, kind, opts="", binary=None):
+        self.name, self.kind, self.opts, self.binary = name, kind, opts, binary
         self.fuse = None
         self.loop = None
         self.top = self.backing = self.dir = None
@@ -86,7 +90,7 @@ class Target:
                        self.backing, mnt]
             else:
                 opts = "allow_other" + ("," + self.opts if self.opts else "")
-                cmd = [args.squeezefs, "-f", "-o", opts, self.backing, mnt]
+                cmd = [self.binary or args.squeezefs, "-f", "-o", opts, self.backing, mnt]
             self.fuse = FuseMount(cmd, mnt, os.path.join(self.top, "daemon.log"))
             self.fuse.start()
             self.dir = mnt
@@ -253,7 +257,10 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=OPTS: one more squeezefs mount with -o OPTS")
     ap.add_argument("--no-defaults", action="store_true",
-                    help="skip the squeezefs-defaults target (variants only)")
+                    help="skip the squeezefs defaults and writeback targets")
+    ap.add_argument("--base", default=None,
+                    help="another squeezefs binary (e.g. an older commit), "
+                         "run with default options")
     ap.add_argument("--targets", default="raw,btrfs,mergerfs",
                     help="peers to run (comma list of raw, btrfs, mergerfs)")
     ap.add_argument("--only", default="pg,sqlite,git")
@@ -281,8 +288,12 @@ def main():
             log("skipping mergerfs: not installed")
             continue
         targets.append(Target(names[k], k))
+    if a.base:
+        targets.append(Target("squeezefs defaults, --base", "squeezefs",
+                              binary=os.path.abspath(a.base)))
     if not a.no_defaults:
         targets.append(Target("squeezefs defaults", "squeezefs"))
+        targets.append(Target("squeezefs writeback", "squeezefs", "writeback"))
     for v in a.variant:
         name, _, opts = v.partition("=")
         targets.append(Target(f"squeezefs {name}", "squeezefs", opts))
