@@ -433,6 +433,20 @@ def test_writeback_option(mount_factory):
     assert rd(p) == bytes(data)
 
 
+def test_writeback_never_on_a_read_only_mount(mount_factory):
+    """-o writeback negotiates the kernel writeback cache on a read-write
+    mount only: a read-only mount follows another mount's writes, and with
+    the cache its kernel would keep its own file sizes."""
+    m = mount_factory(options=["writeback"])
+    assert sqz_stats(m.mnt)["writeback_cache"] == 1
+    backing = m.backing
+    assert m.unmount() == 0
+    r = mount_factory(options=["ro", "writeback"], backing=backing, name="ro")
+    assert sqz_stats(r.mnt)["writeback_cache"] == 0
+    d = mount_factory(backing=backing, name="rw")
+    assert sqz_stats(d.mnt)["writeback_cache"] == 0
+
+
 def test_writeback_is_off_by_default(mount_factory):
     """Without -o writeback every write(2) reaches the daemon at once
     (visible in logical_bytes_written before any flush/close)."""

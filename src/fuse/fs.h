@@ -158,12 +158,23 @@ struct sqz_fs {
     struct sqz_inode **buckets;
     size_t nbuckets, count;
     struct sqz_inode *root;
+
+    atomic_ulong sec_xattr_gets; /* GETXATTR of other than user.* names
+                                    (the kernel's security.capability
+                                    check before a write; killpriv.c) */
 };
 
 static inline struct sqz_fs *sqz_fs_of(fuse_req_t req)
 {
     return (struct sqz_fs *)fuse_req_userdata(req);
 }
+
+/* ---- killpriv.c: FUSE_HANDLE_KILLPRIV_V2 under libfuse 3.14 ---- */
+/* After fuse_session_mount: route the session's I/O through killpriv.c.
+ * 0 or -errno (the mount then works as before, without V2). */
+int sqz_killpriv_install(struct fuse_session *se);
+/* 1 once the kernel accepted FUSE_HANDLE_KILLPRIV_V2. */
+int sqz_killpriv_active(void);
 
 /* ---- inode.c: inode table ---- */
 int sqz_itable_init(struct sqz_fs *fs, const char *backing);

@@ -58,7 +58,7 @@ void sqz_mount_usage(FILE *out)
         "     tier_rate=SIZE      file data a tiering job rewrites per second\n"
         "                         (default 50M; 0 = unlimited)\n"
         "     writeback           use the kernel writeback cache (faster,\n"
-        "                         weaker durability)\n"
+        "                         weaker durability; never with ro)\n"
         "     ro                  read-only\n"
         "     allow_other         let other users in (implies\n"
         "                         default_permissions)\n"
@@ -95,6 +95,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
                               FUSE_CAP_DONT_MASK | FUSE_CAP_EXPORT_SUPPORT);
     if (fs->opts.writeback && (conn->capable & FUSE_CAP_WRITEBACK_CACHE))
         conn->want |= FUSE_CAP_WRITEBACK_CACHE;
+    else
+        fs->opts.writeback = 0; /* what open's flag handling relies on */
     if (conn->capable & FUSE_CAP_ATOMIC_O_TRUNC)
         conn->want |= FUSE_CAP_ATOMIC_O_TRUNC;
     if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
@@ -381,6 +383,10 @@ int sqz_mount_main(int argc, char **argv)
         fprintf(stderr, "squeezefs: cannot mount on %s\n", cl.pos[1]);
         goto out_signals;
     }
+    /* One GETXATTR round trip less per write (killpriv.c). */
+    int kp = sqz_killpriv_install(se);
+    if (kp < 0)
+        sqz_logf(SQZ_LOG_WARN, "FUSE_HANDLE_KILLPRIV_V2 not set up: %s", strerror(-kp));
     /* Created files get exactly the mode the kernel passes (the kernel has
      * applied the caller's umask already). */
     umask(0);

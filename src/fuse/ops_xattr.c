@@ -73,14 +73,18 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"raw_blocks_stored\": %" PRIu64 ", \"cache_hits\": %" PRIu64
         ", \"cache_misses\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
         ", \"dirty_bytes\": %" PRIu64 ", \"pushed_blocks\": %" PRIu64
-        ", \"pushed_bytes\": %" PRIu64 ", \"push_skipped\": %" PRIu64 "%s}",
+        ", \"pushed_bytes\": %" PRIu64 ", \"push_skipped\": %" PRIu64
+        ", \"security_xattr_gets\": %lu"
+        ", \"killpriv_v2\": %d, \"writeback_cache\": %d%s}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
         s.backing_bytes_written, s.blocks_decompressed, s.bytes_decompressed,
         s.blocks_compressed, s.bytes_compressed, s.raw_blocks_stored,
         s.cache_hits, s.cache_misses, s.cache_bytes, s.dirty_bytes,
         (uint64_t)atomic_load(&fs->push_blocks),
         (uint64_t)atomic_load(&fs->push_bytes),
-        (uint64_t)atomic_load(&fs->push_skipped), tier);
+        (uint64_t)atomic_load(&fs->push_skipped),
+        atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active(),
+        fs->opts.writeback, tier);
 }
 
 static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)
@@ -141,10 +145,11 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     if (!is_user_ns(name)) {
+        atomic_fetch_add(&fs->sec_xattr_gets, 1);
         fuse_reply_err(req, ENODATA);
         return;
     }
-    char buf[2048];
+    char buf[4096];
     int len = -ENODATA;
     if (strcmp(name, SQZ_XATTR_STATS) == 0) {
         if (in->is_root)

@@ -40,6 +40,10 @@ void sqz_mount_opts_finish(struct sqz_mount_opts *o)
         o->spec.log2bs = o->block_log2;
     else if (o->spec.log2bs == 0)
         o->spec.log2bs = SQZ_LOG2BS_DEFAULT;
+    /* A read-only mount follows another mount's writes: the kernel must
+     * take sizes from the daemon, which it does not with the cache. */
+    if (o->ro)
+        o->writeback = 0;
 }
 
 int sqz_parse_size(const char *text, size_t *out)

@@ -1,0 +1,165 @@
+/* FUSE_HANDLE_KILLPRIV_V2 on libfuse 3.14 (which has no API for it).
+ *
+ * Without it the kernel asks the daemon for the "security.capability"
+ * xattr before every write(2) (file_remove_privs -> cap_inode_need_killpriv
+ * -> GETXATTR): one extra round trip per write, which halves the rate of
+ * small writes (PostgreSQL writes 8 KiB at a time). With it the kernel
+ * sets SB_NOSEC, checks once per inode, and leaves killing the set-user-ID
+ * and set-group-ID bits to the daemon, telling it when in the request:
+ *   WRITE    write_flags & FUSE_WRITE_KILL_SUIDGID (writer lacks CAP_FSETID)
+ *   SETATTR  valid & FATTR_KILL_SUIDGID             (truncate, same)
+ *   OPEN     open_flags & FUSE_OPEN_KILL_SUIDGID    (O_TRUNC, same)
+ * squeezefs stores no security.* xattrs (setxattr refuses them), so there
+ * is never a capability to remove; chown(2) on BACKING clears the bits
+ * itself.
+ *
+ * How: a custom I/O (fuse_session_custom_io) on the session's own
+ * /dev/fuse descriptor. read() looks at each request before libfuse
+ * dispatches it: it remembers which INIT flags the kernel offered and
+ * kills the bits of the request's inode (as the VFS does: set-user-ID
+ * always, set-group-ID only with group execute) before the operation
+ * runs. writev() adds FUSE_HANDLE_KILLPRIV_V2 to the INIT reply if the
+ * kernel offered it. Every other message passes through unchanged.
+ * CREATE of a name that already exists (a race; op_create then opens it)
+ * is not covered: the kernel sends OPEN for existing files. */
+#include "fuse/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fuse.h>
+#include <stddef.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+/* INIT is the first request and is answered before any other is read;
+ * these are written by the loop thread that reads it and read by the
+ * thread that sends the reply (the same one in libfuse 3.14). */
+static _Atomic uint64_t g_init_unique;
+static atomic_int g_kernel_v2;
+static atomic_int g_enabled;
+
+int sqz_killpriv_active(void)
+{
+    return atomic_load(&g_enabled);
+}
+
+/* Clear S_ISUID, and S_ISGID if group-executable, of in's backing file. */
+static void kill_suidgid(struct sqz_fs *fs, uint64_t nodeid)
+{
+    struct sqz_inode *in = sqz_inode_of(fs, (fuse_ino_t)nodeid);
+    if (!in || in->type != S_IFREG)
+        return;
+    struct stat st;
+    if (fstatat(in->fd, "", &st, AT_EMPTY_PATH) != 0)
+        return;
+    mode_t kill = st.st_mode & S_ISUID;
+    if ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP))
+        kill |= S_ISGID;
+    if (!kill)
+        return;
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    if (fchmodat(AT_FDCWD, pp, st.st_mode & 07777 & ~kill, 0) != 0)
+        sqz_logf(SQZ_LOG_WARN, "cannot clear set-ID bits after a write: %s",
+                 strerror(errno));
+}
+
+static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
+{
+    struct fuse_in_header h;
+    if (n < sizeof h)
+        return;
+    memcpy(&h, buf, sizeof h);
+    const unsigned char *arg = buf + sizeof h;
+    size_t an = n - sizeof h;
+    int kill = 0;
+    switch (h.opcode) {
+    case FUSE_INIT: {
+        struct fuse_init_in in;
+        if (an < offsetof(struct fuse_init_in, flags) + sizeof in.flags)
+            return;
+        memcpy(&in, arg, an < sizeof in ? an : sizeof in);
+        atomic_store(&g_init_unique, h.unique);
+        atomic_store(&g_kernel_v2, (in.flags & FUSE_HANDLE_KILLPRIV_V2) != 0);
+        return;
+    }
+    case FUSE_WRITE: {
+        struct fuse_write_in w;
+        if (an >= sizeof w) {
+            memcpy(&w, arg, sizeof w);
+            kill = (w.write_flags & FUSE_WRITE_KILL_SUIDGID) != 0;
+        }
+        break;
+    }
+    case FUSE_SETATTR: {
+        struct fuse_setattr_in s;
+        if (an >= sizeof s) {
+            memcpy(&s, arg, sizeof s);
+            kill = (s.valid & FATTR_KILL_SUIDGID) != 0;
+        }
+        break;
+    }
+    case FUSE_OPEN: {
+        struct fuse_open_in o;
+        if (an >= sizeof o) {
+            memcpy(&o, arg, sizeof o);
+            kill = (o.open_flags & FUSE_OPEN_KILL_SUIDGID) != 0;
+        }
+        break;
+    }
+    default:
+        return;
+    }
+    if (kill && atomic_load(&g_enabled) && !fs->opts.ro)
+        kill_suidgid(fs, h.nodeid);
+}
+
+static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)
+{
+    ssize_t r = read(fd, buf, len);
+    if (r > 0) {
+        int saved = errno;
+        inspect(userdata, buf, (size_t)r);
+        errno = saved;
+    }
+    return r;
+}
+
+static ssize_t kp_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+    (void)userdata;
+    struct fuse_out_header oh;
+    uint64_t unique = atomic_load(&g_init_unique);
+    if (unique == 0 || count < 2 || iov[0].iov_len != sizeof oh)
+        return writev(fd, iov, count);
+    memcpy(&oh, iov[0].iov_base, sizeof oh);
+    size_t need = offsetof(struct fuse_init_out, flags) + sizeof(uint32_t);
+    if (oh.unique != unique || oh.error != 0 || iov[1].iov_len < need ||
+        iov[1].iov_len > sizeof(struct fuse_init_out))
+        return writev(fd, iov, count);
+    /* The INIT reply: the only message changed. */
+    atomic_store(&g_init_unique, 0);
+    struct fuse_init_out out;
+    memset(&out, 0, sizeof out);
+    memcpy(&out, iov[1].iov_base, iov[1].iov_len);
+    if (atomic_load(&g_kernel_v2)) {
+        out.flags |= FUSE_HANDLE_KILLPRIV_V2;
+        atomic_store(&g_enabled, 1);
+    }
+    struct iovec v[2] = {iov[0], {.iov_base = &out, .iov_len = iov[1].iov_len}};
+    if (count == 2)
+        return writev(fd, v, 2);
+    return writev(fd, iov, count); /* not libfuse 3.14's INIT reply */
+}
+
+int sqz_killpriv_install(struct fuse_session *se)
+{
+    static const struct fuse_custom_io io = {.read = kp_read,
+                                             .writev = kp_writev};
+    int fd = fuse_session_fd(se);
+    if (fd < 0)
+        return -EBADF;
+    return fuse_session_custom_io(se, &io, fd);
+}
