@@ -73,6 +73,7 @@ struct sqz_ctr_stat {
     uint64_t hole_blocks;      /* all-zero, no space */
     uint64_t compressed_bytes; /* sum of stored bytes of live blocks */
     uint64_t dead_bytes;       /* stored bytes no longer referenced */
+    uint32_t format_version;   /* docs/FORMAT.md: 1 (log at 4096) or 2 */
 };
 
 /* Log levels of sqz_logf and of the sink's level argument. */
@@ -99,8 +100,9 @@ typedef struct sqz_ctr sqz_ctr;
  * a message in err. */
 int sqz_params_check(const sqz_params *p, char *err, size_t errlen);
 
-/* Write a fresh empty container header into fd (which must be an empty or
- * to-be-truncated regular file opened O_RDWR), fsync it, and open it.
+/* Write a fresh empty container header (the current format version) into
+ * fd (which must be an empty or to-be-truncated regular file opened
+ * O_RDWR), fsync it, and open it.
  * The label is an informational path used in log messages (may be NULL).
  * Takes ownership of fd on success and on failure (closes it). */
 int sqz_ctr_create_fd(int fd, const sqz_params *p, const char *label,

@@ -51,7 +51,7 @@ static int punch(sqz_ctr *c, uint64_t from, uint64_t to)
     return c->io.punch(c->io.ctx, c->fd, a, b - a);
 }
 
-/* Release dead space in [4096, limit). Best effort: failures are logged. */
+/* Release dead space in [log start, limit). Best effort: failures are logged. */
 static void reclaim(sqz_ctr *c, uint64_t limit)
 {
     if (c->punch_unsupported)
@@ -66,7 +66,7 @@ static void reclaim(sqz_ctr *c, uint64_t limit)
         sqz_index_each(&c->st.ix, collect_live, &cl);
         qsort(cl.v, cl.n, sizeof *cl.v, by_offset);
     }
-    uint64_t cur = SQZ_HDR_REGION;
+    uint64_t cur = sqz_log_start(c->hdr.version);
     int r = 0;
     for (size_t i = 0; i < cl.n && r == 0; i++) {
         if (cl.v[i].off >= limit)

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <sys/random.h>
 #include <unistd.h>
 
@@ -68,7 +69,7 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         r = -EBADMSG;
         goto fail_c;
     }
-    if (fsize < SQZ_HDR_REGION) {
+    if (fsize < sqz_log_start(c->hdr.version)) {
         sqz_errf(err, errlen, "header region truncated");
         r = -EBADMSG;
         goto fail_c;
@@ -123,30 +124,35 @@ int sqz_ctr_open_fd(int fd, int flags, const char *label, sqz_ctr **out)
     return sqz_ctr_open_fd_io(fd, flags, label, &sqz_io_syscalls, out);
 }
 
-int sqz_ctr_create_fd_io(int fd, const sqz_params *p, const char *label,
-                         const sqz_io *io, sqz_ctr **out)
+int sqz_ctr_create_fd_ver(int fd, const sqz_params *p, uint32_t version,
+                          const char *label, const sqz_io *io, sqz_ctr **out)
 {
     char err[160];
     *out = NULL;
     int r = sqz_params_check(p, err, sizeof err);
+    if (r == 0 && version != 1 && version != SQZ_FMT_VERSION) {
+        snprintf(err, sizeof err, "unknown format version %u", version);
+        r = -EINVAL;
+    }
     if (r < 0) {
         sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", err);
         close(fd);
         return r;
     }
-    sqz_header h = {.params = *p, .version = SQZ_FMT_VERSION};
+    sqz_header h = {.params = *p, .version = version};
     if ((r = new_file_id(&h.file_id)) < 0) {
         close(fd);
         return r;
     }
-    uint8_t *region = calloc(1, SQZ_HDR_REGION);
+    uint64_t log0 = sqz_log_start(version);
+    uint8_t *region = calloc(1, log0);
     if (!region) {
         close(fd);
         return -ENOMEM;
     }
     sqz_header_encode(&h, region);
     if ((r = io->truncate(io->ctx, fd, 0)) < 0 ||
-        (r = io->pwrite(io->ctx, fd, region, SQZ_HDR_REGION, 0)) < 0 ||
+        (r = io->pwrite(io->ctx, fd, region, log0, 0)) < 0 ||
         (r = io->sync(io->ctx, fd, 0)) < 0) {
         free(region);
         close(fd);
@@ -154,6 +160,12 @@ int sqz_ctr_create_fd_io(int fd, const sqz_params *p, const char *label,
     }
     free(region);
     return sqz_ctr_open_fd_io(fd, SQZ_OPEN_RDWR, label, io, out);
+}
+
+int sqz_ctr_create_fd_io(int fd, const sqz_params *p, const char *label,
+                         const sqz_io *io, sqz_ctr **out)
+{
+    return sqz_ctr_create_fd_ver(fd, p, SQZ_FMT_VERSION, label, io, out);
 }
 
 int sqz_ctr_create_fd(int fd, const sqz_params *p, const char *label,
@@ -186,8 +198,9 @@ int sqz_ctr_create_path(const char *path, const sqz_params *p, mode_t mode,
 
 /* A file whose header does not decode is a plain file, unless the rest of
  * it is unmistakably a container (header magic, an anchor slot magic at
- * 512/1024, or a record magic where the log starts): then its header is
- * damaged and serving its bytes as plain data would return wrong bytes. */
+ * 512/1024, or a record magic where the log of either version starts):
+ * then its header is damaged and serving its bytes as plain data would
+ * return wrong bytes. */
 int sqz_ctr_probe_fd(int fd)
 {
     uint8_t hb[SQZ_HDR_SIZE];
@@ -201,7 +214,7 @@ int sqz_ctr_probe_fd(int fd)
         memcmp(hb, sqz_hdr_magic, sizeof sqz_hdr_magic) == 0)
         return -EBADMSG;
     static const uint64_t marks[] = {SQZ_ANCHOR_OFF(0), SQZ_ANCHOR_OFF(1),
-                                     SQZ_HDR_REGION};
+                                     SQZ_LOG_START_V2, SQZ_LOG_START_V1};
     for (size_t i = 0; i < sizeof marks / sizeof marks[0]; i++) {
         uint8_t m[4];
         ssize_t r = sqz_io_syscalls.pread(NULL, fd, m, sizeof m, marks[i]);
@@ -272,6 +285,7 @@ int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st)
     st->hole_blocks = st->blocks - st->stored_blocks;
     st->compressed_bytes = c->st.ix.stored_bytes;
     st->dead_bytes = c->st.dead_bytes;
+    st->format_version = c->hdr.version;
     SQZ_RWUNLOCK(&c->lock);
     return r;
 }
@@ -292,7 +306,9 @@ int sqz_ctr_marked_length_fd(int fd, uint64_t *length)
          * (the extension's checksum chains the whole anchor) */
         sqz_anchor a;
         uint64_t len, txn;
-        if (sqz_anchor_decode(b, s, sqz_get64(b + 8), &a) != 1 ||
+        /* (the version is in the header: take the lowest log start) */
+        if (sqz_anchor_decode(b, s, sqz_get64(b + 8), SQZ_LOG_START_MIN,
+                              &a) != 1 ||
             sqz_anchor_ext_decode(b, &len, &txn) != 1)
             continue;
         if (!found || a.durable_end > best_end) {

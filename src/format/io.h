@@ -36,6 +36,10 @@ extern const sqz_io sqz_io_syscalls;
  * (copied into the container; io->ctx must outlive it). */
 int sqz_ctr_create_fd_io(int fd, const sqz_params *p, const char *label,
                          const sqz_io *io, sqz_ctr **out);
+/* The same, writing format version 1 or 2 (docs/FORMAT.md); tests make
+ * version-1 files with it (readers and writers of version 1 are kept). */
+int sqz_ctr_create_fd_ver(int fd, const sqz_params *p, uint32_t version,
+                          const char *label, const sqz_io *io, sqz_ctr **out);
 int sqz_ctr_open_fd_io(int fd, int flags, const char *label, const sqz_io *io,
                        sqz_ctr **out);
 

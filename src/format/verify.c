@@ -63,7 +63,8 @@ static int check_anchors(vctx *v, uint64_t fsize)
         if (r < 0)
             return (int)r;
         st[s] = (size_t)r == sizeof b
-                    ? sqz_anchor_decode(b, s, c->hdr.file_id, &a[s])
+                    ? sqz_anchor_decode(b, s, c->hdr.file_id,
+                                        sqz_log_start(c->hdr.version), &a[s])
                     : -EBADMSG;
     }
     if (st[0] < 0 && st[1] < 0) {
