@@ -30,6 +30,26 @@ static int new_file_id(uint64_t *id)
     return 0;
 }
 
+/* A version-2 file shorter than its header region: the torn first write of
+ * a lazy creation if every byte after the header is zero (the anchor slots
+ * were written as zeros with it). 0, -EBADMSG (damaged), I/O errors. */
+static int torn_creation(const sqz_io *io, int fd, const sqz_header *h,
+                         uint64_t fsize)
+{
+    if (h->version < 2)
+        return -EBADMSG;
+    uint8_t b[SQZ_LOG_START_V2];
+    ssize_t got = io->pread(io->ctx, fd, b, (size_t)fsize, 0);
+    if (got < 0)
+        return (int)got;
+    if ((uint64_t)got != fsize)
+        return -EBADMSG;
+    for (uint64_t i = SQZ_HDR_SIZE; i < fsize; i++)
+        if (b[i])
+            return -EBADMSG;
+    return 0;
+}
+
 int sqz_ctr_open_internal(int fd, int flags, const char *label,
                           const sqz_io *io, int own_fd, sqz_ctr **out,
                           char *err, size_t errlen)
@@ -69,24 +89,36 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         r = -EBADMSG;
         goto fail_c;
     }
-    if (fsize < sqz_log_start(c->hdr.version)) {
-        sqz_errf(err, errlen, "header region truncated");
-        r = -EBADMSG;
+    c->bs = (size_t)1 << c->hdr.params.log2bs;
+    uint64_t log0 = sqz_log_start(c->hdr.version);
+    if (fsize < log0) {
+        /* version 2 creates lazily: its first write (header region and
+         * first commit) may be torn by a crash before it was ever synced;
+         * then the anchor slots are zero or missing and the file is empty */
+        if ((r = torn_creation(io, fd, &c->hdr, fsize)) < 0) {
+            if (r == -EBADMSG)
+                sqz_errf(err, errlen, "header region truncated");
+            goto fail_c;
+        }
+        sqz_index_init(&c->st.ix);
+        c->st.valid_end = c->st.ckpt_end = log0;
+        sqz_logf(SQZ_LOG_WARN, "%s: creation torn before it was synced (%llu of "
+                 "%llu header bytes): an empty file", c->label,
+                 (unsigned long long)fsize, (unsigned long long)log0);
+    } else if ((r = sqz_replay(io, fd, &c->hdr, fsize, c->label, &c->st, err,
+                               errlen)) < 0) {
         goto fail_c;
     }
-    c->bs = (size_t)1 << c->hdr.params.log2bs;
-    if ((r = sqz_replay(io, fd, &c->hdr, fsize, c->label, &c->st, err,
-                        errlen)) < 0)
-        goto fail_c;
     /* valid_end >= durable_end: only a tail after the synced log is cut */
     c->end = c->st.valid_end;
     c->marked_end = c->st.durable_end;
     c->since_ckpt = c->end - c->st.ckpt_end;
     c->file_size = fsize;
-    if (c->writable && fsize > c->end) {
+    if (c->writable && fsize != c->end) {
         c->file_size = c->end;
-        sqz_logf(SQZ_LOG_WARN, "%s: discarding %llu bytes of torn/uncommitted tail",
-                 c->label, (unsigned long long)(fsize - c->end));
+        if (fsize > c->end)
+            sqz_logf(SQZ_LOG_WARN, "%s: discarding %llu bytes of torn/uncommitted "
+                     "tail", c->label, (unsigned long long)(fsize - c->end));
         if ((r = io->truncate(io->ctx, fd, c->end)) < 0 ||
             (r = io->sync(io->ctx, fd, 1)) < 0) {
             sqz_errf(err, errlen, "cannot truncate the torn tail");
@@ -168,6 +200,55 @@ int sqz_ctr_create_fd_io(int fd, const sqz_params *p, const char *label,
     return sqz_ctr_create_fd_ver(fd, p, SQZ_FMT_VERSION, label, io, out);
 }
 
+int sqz_ctr_create_fd_lazy(int fd, const sqz_params *p, const char *label,
+                           sqz_ctr **out)
+{
+    return sqz_ctr_create_fd_lazy_io(fd, p, label, &sqz_io_syscalls, out);
+}
+
+int sqz_ctr_create_fd_lazy_io(int fd, const sqz_params *p, const char *label,
+                              const sqz_io *io, sqz_ctr **out)
+{
+    char err[160];
+    *out = NULL;
+    int r = sqz_params_check(p, err, sizeof err);
+    if (r < 0) {
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", err);
+        close(fd);
+        return r;
+    }
+    uint64_t size;
+    sqz_ctr *c = calloc(1, sizeof *c);
+    if (!c) {
+        close(fd);
+        return -ENOMEM;
+    }
+    c->hdr = (sqz_header){.params = *p, .version = SQZ_FMT_VERSION};
+    c->label = strdup(label ? label : "(container)");
+    if (!c->label)
+        r = -ENOMEM;
+    else if ((r = new_file_id(&c->hdr.file_id)) == 0 &&
+             (r = io->size(io->ctx, fd, &size, NULL)) == 0 && size != 0)
+        r = io->truncate(io->ctx, fd, 0); /* it was meant to be empty */
+    if (r == 0)
+        r = -pthread_rwlock_init(&c->lock, NULL);
+    if (r < 0) {
+        free(c->label);
+        free(c);
+        close(fd);
+        return r;
+    }
+    c->io = *io;
+    c->fd = fd;
+    c->writable = 1;
+    c->bs = (size_t)1 << p->log2bs;
+    sqz_index_init(&c->st.ix);
+    c->end = c->st.valid_end = c->st.ckpt_end = sqz_log_start(c->hdr.version);
+    c->hdr_pending = 1;
+    *out = c;
+    return 0;
+}
+
 int sqz_ctr_create_fd(int fd, const sqz_params *p, const char *label,
                       sqz_ctr **out)
 {
@@ -210,6 +291,14 @@ int sqz_ctr_probe_fd(int fd)
     sqz_header h;
     if (sqz_header_decode(hb, (size_t)got, &h, NULL, 0) == 0)
         return 1;
+    /* shorter than a header and the start of a version-2 one (magic,
+     * version): a lazy creation's first write, torn before it was synced */
+    uint8_t v2[12];
+    memcpy(v2, sqz_hdr_magic, 8);
+    sqz_put32(v2 + 8, 2);
+    if (got > 0 && (size_t)got < SQZ_HDR_SIZE &&
+        memcmp(hb, v2, (size_t)got < sizeof v2 ? (size_t)got : sizeof v2) == 0)
+        return SQZ_PROBE_TORN;
     if ((size_t)got >= sizeof sqz_hdr_magic &&
         memcmp(hb, sqz_hdr_magic, sizeof sqz_hdr_magic) == 0)
         return -EBADMSG;

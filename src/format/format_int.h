@@ -267,7 +267,22 @@ struct sqz_ctr {
     unsigned verify_warnings;/* of the last sqz_ctr_verify */
     int broken;              /* a failed append could not be undone */
     int punch_unsupported;   /* logged once */
+    /* Lazy creation (sqz_ctr_create_fd_lazy, docs/FORMAT.md "Creation"):
+     * hdr_pending: the file is still empty; the first append writes the
+     * header region and its records in one pwrite from offset 0.
+     * first_unsynced: that first write is not known to be durable yet;
+     * anything else written to the file must wait for a flush of it. */
+    int hdr_pending;
+    int first_unsynced;
 };
+
+/* The header region of c (header in sector 0, zero anchor slots) into
+ * out (sqz_log_start bytes). */
+void sqz_ctr_header_region(const sqz_ctr *c, uint8_t *out);
+/* Before anything but the first write reaches the file: make the first
+ * write durable (lazy creation). Caller holds the lock exclusively.
+ * 0 or a negative errno. */
+int sqz_ctr_order_first(sqz_ctr *c);
 
 /* read one block; caller holds the lock (shared or exclusive) */
 ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,

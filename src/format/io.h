@@ -40,6 +40,8 @@ int sqz_ctr_create_fd_io(int fd, const sqz_params *p, const char *label,
  * version-1 files with it (readers and writers of version 1 are kept). */
 int sqz_ctr_create_fd_ver(int fd, const sqz_params *p, uint32_t version,
                           const char *label, const sqz_io *io, sqz_ctr **out);
+int sqz_ctr_create_fd_lazy_io(int fd, const sqz_params *p, const char *label,
+                              const sqz_io *io, sqz_ctr **out);
 int sqz_ctr_open_fd_io(int fd, int flags, const char *label, const sqz_io *io,
                        sqz_ctr **out);
 

@@ -162,6 +162,8 @@ uint64_t sqz_ctr_tail_bytes(sqz_ctr *c)
 {
     SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t t = c->file_size > c->end ? c->file_size - c->end : 0;
+    if (c->file_size < sqz_log_start(c->hdr.version))
+        t = c->file_size; /* a torn creation (an empty file) */
     SQZ_RWUNLOCK(&c->lock);
     return t;
 }

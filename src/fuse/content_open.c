@@ -139,7 +139,7 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
     if (fd < 0)
         return fd;
     sqz_ctr *c = NULL;
-    int rc = sqz_ctr_create_fd(fd, p, label, &c);
+    int rc = sqz_ctr_create_fd_lazy(fd, p, label, &c);
     if (rc)
         return rc;
     rc = sqz_file_new(fs->engine, c, &in->sf);
@@ -271,6 +271,8 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     enum sqz_kind kind;
     uint64_t len;
     rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (rc == 0 && kind == SQZ_K_PLAIN && len == 0 && bst.st_size != 0)
+        rc = sqz_backing_stat(in, &bst); /* a torn creation was reset */
     if (rc)
         goto out;
     int changed = 0;
