@@ -58,11 +58,13 @@ static int check_anchors(vctx *v, uint64_t fsize)
     sqz_anchor a[2];
     int st[2];
     for (unsigned s = 0; s < 2; s++) {
-        uint8_t b[SQZ_ANCHOR_SIZE];
+        uint8_t b[SQZ_ANCHOR_SIZE] = {0};
         ssize_t r = c->io.pread(c->io.ctx, c->fd, b, sizeof b, SQZ_ANCHOR_OFF(s));
         if (r < 0)
             return (int)r;
-        st[s] = (size_t)r == sizeof b
+        /* a torn lazy creation ends inside the (zero) header region */
+        int torn = fsize < sqz_log_start(c->hdr.version);
+        st[s] = (size_t)r == sizeof b || torn
                     ? sqz_anchor_decode(b, s, c->hdr.file_id,
                                         sqz_log_start(c->hdr.version), &a[s])
                     : -EBADMSG;
