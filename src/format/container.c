@@ -58,6 +58,8 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         err[0] = '\0';
     *out = NULL;
     int r;
+    sqz_io_head head;
+    head.buf = NULL;
     if (flags != SQZ_OPEN_RDONLY && flags != SQZ_OPEN_RDWR) {
         r = -EINVAL;
         goto fail_fd;
@@ -78,8 +80,12 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
     uint64_t fsize;
     if ((r = io->size(io->ctx, fd, &fsize, NULL)) < 0)
         goto fail_c;
+    /* header, anchors and a small log: one read */
+    if ((r = sqz_io_head_init(&head, io, fd, fsize, SQZ_IO_HEAD_CAP)) < 0)
+        goto fail_c;
+    const sqz_io *rio = &head.io;
     uint8_t hb[SQZ_HDR_SIZE];
-    ssize_t got = io->pread(io->ctx, fd, hb, sizeof hb, 0);
+    ssize_t got = rio->pread(rio->ctx, fd, hb, sizeof hb, 0);
     if (got < 0) {
         r = (int)got;
         goto fail_c;
@@ -95,7 +101,7 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         /* version 2 creates lazily: its first write (header region and
          * first commit) may be torn by a crash before it was ever synced;
          * then the anchor slots are zero or missing and the file is empty */
-        if ((r = torn_creation(io, fd, &c->hdr, fsize)) < 0) {
+        if ((r = torn_creation(rio, fd, &c->hdr, fsize)) < 0) {
             if (r == -EBADMSG)
                 sqz_errf(err, errlen, "header region truncated");
             goto fail_c;
@@ -105,10 +111,11 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         sqz_logf(SQZ_LOG_WARN, "%s: creation torn before it was synced (%llu of "
                  "%llu header bytes): an empty file", c->label,
                  (unsigned long long)fsize, (unsigned long long)log0);
-    } else if ((r = sqz_replay(io, fd, &c->hdr, fsize, c->label, &c->st, err,
+    } else if ((r = sqz_replay(rio, fd, &c->hdr, fsize, c->label, &c->st, err,
                                errlen)) < 0) {
         goto fail_c;
     }
+    sqz_io_head_free(&head);
     /* valid_end >= durable_end: only a tail after the synced log is cut */
     c->end = c->st.valid_end;
     c->marked_end = c->st.durable_end;
@@ -132,6 +139,7 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
 fail_st:
     sqz_index_free(&c->st.ix);
 fail_c:
+    sqz_io_head_free(&head);
     free(c->label);
     free(c);
 fail_fd:

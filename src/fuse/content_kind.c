@@ -111,9 +111,18 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
          * newest durable mark recorded (reads give EIO): damage never
          * makes a file look shorter */
         uint64_t marked = 0;
-        int have_marked = sqz_ctr_marked_length_fd(fd, &marked) == 0;
+        int have_marked = 0;
         int rc = p == 1 ? sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &c)
-                        : (close(fd), -EBADMSG);
+                        : -EBADMSG;
+        if (rc == -EBADMSG) { /* read only for damage: the common open
+                               * needs no extra reads */
+            if (p == 1)
+                fd = sqz_inode_reopen(in, O_RDONLY);
+            if (fd >= 0) {
+                have_marked = sqz_ctr_marked_length_fd(fd, &marked) == 0;
+                close(fd);
+            }
+        }
         if (rc == 0) {
             *kind = SQZ_K_CONTAINER;
             *len = sqz_ctr_length(c);
