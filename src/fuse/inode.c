@@ -235,7 +235,7 @@ int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
     /* created by the daemon, the object already has its euid and (in a
      * setgid directory) the directory's group, else its egid: a caller
      * with those ids needs no chown (one syscall less per file of a cp) */
-    if (ctx->uid == fs->uid && (sgid || ctx->gid == getegid()))
+    if (ctx->uid == fs->uid && (sgid || ctx->gid == fs->gid))
         return 0;
     if (fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
         return -errno;
