@@ -329,6 +329,10 @@ int sqz_ctr_close(sqz_ctr *c)
     if (!c)
         return 0;
     int r = c->broken ? -EIO : 0;
+    /* a lazy creation's first write must be durable before anything a
+     * later open appends (the daemon's batch normally flushed it) */
+    if (r == 0 && c->first_unsynced)
+        r = c->io.sync(c->io.ctx, c->fd, 1);
     pthread_rwlock_destroy(&c->lock);
     sqz_index_free(&c->st.ix);
     if (close(c->fd) < 0 && r == 0)
