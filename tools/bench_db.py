@@ -25,7 +25,7 @@ and with -o writeback (the recommendation for databases), --variant
 NAME=OPTS mounts, --base BIN (an older squeezefs with default options).
 
 Usage (about 8 minutes with the defaults):
-  sq-bench tools/bench_db.py [--runs 3] [--scale 20] [--duration 10]
+  tools/bench_db.py [--runs 3] [--scale 20] [--duration 10]
       [--rows 1000000] [--variant NAME=OPTS ...] [--only pg,sqlite,git]
       [--git-src REPO] [--dir /var/tmp] [--squeezefs build/src/squeezefs]
 Prints a Markdown table (paste into docs/BENCHMARKS.md).

@@ -27,7 +27,7 @@ Default run (<= 8 minutes): 1 GiB file, 4 KiB reads for 10 s, the 16K/64K/
 4-reader runs for --runtime-other seconds (2), 3 runs. --quick: 256 MiB,
 2 s, 1 run (development only). Needs root (drop_caches, losetup, mount).
 
-  sq-bench tools/bench_randread.py [--baseline /tmp/sqzbase/build/squeezefs]
+  tools/bench_randread.py [--baseline /tmp/sqzbase/build/squeezefs]
 """
 import argparse
 import json

@@ -29,7 +29,7 @@ partitions would leave them).
             (the work the pass competes with). The background pass's own
             rate during the reads is reported too.
 
-Usage: sq-bench tools/bench_tier.py [--size 256M] [--runs 3] [--dir /var/tmp]
+Usage: tools/bench_tier.py [--size 256M] [--runs 3] [--dir /var/tmp]
        [--bin build/squeezefs] [--secs 4]
 --size is the hdb tree's logical size (the issue's figure is ~2 GiB; the
 default is smaller so that the run, dominated by zstd:19 at ~3.5 MB/s per
