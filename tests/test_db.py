@@ -1,7 +1,6 @@
 """Databases on squeezefs (issue 14): FUSE_HANDLE_KILLPRIV_V2 (no
 security.capability round trip per write, set-ID bits still cleared as the
 VFS does), PostgreSQL and SQLite recovering after the daemon is killed."""
-import glob
 import os
 import platform
 import pwd
@@ -16,6 +15,7 @@ import pytest
 
 from crashlib import assert_verify_after_crash
 from mountlib import Mount
+from pglib import find_pg, pg_runner
 
 
 def stats(mnt):
@@ -146,11 +146,6 @@ def test_setid_bits_cleared_like_the_vfs(public_mount):
 
 # ---- PostgreSQL: kill -9 of the daemon, remount, recovery ----
 
-def pg_bin(name):
-    c = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return c[-1] if c else shutil.which(name)
-
-
 @pytest.mark.parametrize("opts", [[], ["writeback"]])
 def test_postgresql_survives_daemon_kill(public_mount, opts):
     """initdb, pgbench -i -s 1, a short pgbench run; kill -9 the squeezefs
@@ -160,7 +155,7 @@ def test_postgresql_survives_daemon_kill(public_mount, opts):
     with -n pgbench does not empty the history before a run) and
     pg_amcheck finds the tables and indexes intact."""
     names = ("initdb", "pg_ctl", "pgbench", "psql", "pg_amcheck")
-    bins = {n: pg_bin(n) for n in names}
+    bins = {n: find_pg(n) for n in names}
     if not all(bins.values()):
         pytest.skip("PostgreSQL not installed (initdb/pg_ctl/pgbench/psql/pg_amcheck)")
     try:
@@ -176,20 +171,7 @@ def test_postgresql_survives_daemon_kill(public_mount, opts):
     logf = os.path.join(sock, "server.log")
     port = "54331" if opts else "54330"
 
-    def as_pg(*cmd, check=True, timeout=300):
-        def demote():
-            os.setgroups([])
-            os.setgid(pg.pw_gid)
-            os.setuid(pg.pw_uid)
-        env = dict(os.environ, HOME=pg.pw_dir, PGHOST=sock, PGPORT=port, PGUSER="postgres")
-        r = subprocess.run(list(cmd), preexec_fn=demote, capture_output=True, text=True,
-                           timeout=timeout, env=env, cwd="/")
-        if check and r.returncode != 0:
-            log = open(logf).read()[-3000:] if os.path.exists(logf) else ""
-            raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout[-2000:]}\n"
-                                 f"{r.stderr[-2000:]}\n--- server log:\n{log}\n"
-                                 f"--- daemon log:\n{m.log()[-2000:]}")
-        return r
+    as_pg = pg_runner(pg, sock, port, logf, m)
 
     def q(sql):
         return as_pg(bins["psql"], "-At", "-c", sql, "postgres").stdout.strip()

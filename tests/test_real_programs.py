@@ -1,7 +1,6 @@
 """Real programs on a squeezefs mount: PostgreSQL (pgbench, immediate stop,
 restart), SQLite in WAL mode, git (commit, gc, fsck), tar + diff -r.
 Each test skips with a message if its program is missing."""
-import glob
 import os
 import pwd
 import random
@@ -13,14 +12,7 @@ import tempfile
 import pytest
 
 from mountlib import Mount
-
-
-def find_pg(name):
-    p = shutil.which(name)
-    if p:
-        return p
-    c = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return c[-1] if c else None
+from pglib import find_pg, pg_runner
 
 
 def gen_tree(root, nfiles, seed):
@@ -84,19 +76,7 @@ def test_postgresql_pgbench(world_mount):
     logf = os.path.join(sock, "server.log")
     port = "54329"
 
-    def as_pg(*cmd, timeout=300, check=True):
-        def demote():
-            os.setgroups([])
-            os.setgid(pg.pw_gid)
-            os.setuid(pg.pw_uid)
-        env = dict(os.environ, HOME=pg.pw_dir, PGHOST=sock, PGPORT=port, PGUSER="postgres")
-        r = subprocess.run(list(cmd), preexec_fn=demote, capture_output=True, text=True,
-                           timeout=timeout, env=env, cwd="/")
-        if check and r.returncode != 0:
-            log = open(logf).read()[-3000:] if os.path.exists(logf) else ""
-            raise AssertionError(f"{cmd} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}"
-                                 f"\n--- server log:\n{log}\n--- daemon log:\n{m.log()[-2000:]}")
-        return r
+    as_pg = pg_runner(pg, sock, port, logf, m)
 
     opts = f"-k {sock} -p {port} -c listen_addresses=''"
     started = False
