@@ -95,16 +95,18 @@ class Raw(Target):
         return os.path.join(self.dir, "f")
 
 
-class Mergerfs(Target):
-    def __init__(self, work):
-        super().__init__("mergerfs passthrough")
-        self.src = os.path.join(work, "mfs-src")
-        self.mnt = os.path.join(work, "mfs-mnt")
-        self.m = FuseMount(["mergerfs", "-f", "-o", PASSTHROUGH_OPTS, self.src, self.mnt],
-                           self.mnt, os.path.join(work, "mergerfs.log"))
+class FuseTarget(Target):
+    """A FUSE mount (cmd + [backing, mnt]) over a directory on the disk."""
+
+    def __init__(self, name, work, tag, cmd, **kw):
+        super().__init__(name, **kw)
+        self.backing = os.path.join(work, f"{tag}-b")
+        self.mnt = os.path.join(work, f"{tag}-m")
+        self.m = FuseMount(cmd + [self.backing, self.mnt], self.mnt,
+                           os.path.join(work, f"{tag}.log"))
 
     def setup(self):
-        os.makedirs(self.src, exist_ok=True)
+        os.makedirs(self.backing, exist_ok=True)
         self.m.start()
 
     def remount(self):
@@ -118,7 +120,13 @@ class Mergerfs(Target):
         return os.path.join(self.mnt, "f")
 
     def stored(self):
-        return os.stat(os.path.join(self.src, "f")).st_blocks * 512
+        return os.stat(os.path.join(self.backing, "f")).st_blocks * 512
+
+
+class Mergerfs(FuseTarget):
+    def __init__(self, work):
+        super().__init__("mergerfs passthrough", work, "mfs",
+                         ["mergerfs", "-f", "-o", PASSTHROUGH_OPTS])
 
 
 class Btrfs(Target):
@@ -164,33 +172,12 @@ class Btrfs(Target):
         raise RuntimeError(f"compsize: {out}")
 
 
-class Squeezefs(Target):
+class Squeezefs(FuseTarget):
     def __init__(self, work, name, binary, opts=None, tag="sqz", **kw):
-        super().__init__(name, **kw)
-        self.backing = os.path.join(work, f"{tag}-b")
-        self.mnt = os.path.join(work, f"{tag}-m")
         cmd = [binary, "-f"]
         if opts:
             cmd += ["-o", opts]
-        self.m = FuseMount(cmd + [self.backing, self.mnt], self.mnt,
-                           os.path.join(work, f"{tag}.log"))
-
-    def setup(self):
-        os.makedirs(self.backing, exist_ok=True)
-        self.m.start()
-
-    def remount(self):
-        self.m.stop()
-        self.m.start()
-
-    def teardown(self):
-        self.m.stop()
-
-    def path(self):
-        return os.path.join(self.mnt, "f")
-
-    def stored(self):
-        return os.stat(os.path.join(self.backing, "f")).st_blocks * 512
+        super().__init__(name, work, tag, cmd, **kw)
 
 
 def dd(src, dst, fsync=False):
