@@ -157,6 +157,10 @@ def test_reader_of_an_empty_file_never_sees_container_bytes(mount_factory, tmp_p
         got = os.pread(held, 1 << 20, 0)
         assert got in (b"", data), f"held descriptor read {len(got)} bytes no version had"
         time.sleep(0.2)
+    # a new open, with the old descriptor still open beside it (they share
+    # the kernel's page cache), then with it closed
+    with open(r.path("e"), "rb") as f:
+        assert f.read() == data
     os.close(held)
     with open(r.path("e"), "rb") as f:
         assert f.read() == data

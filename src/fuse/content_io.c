@@ -24,20 +24,23 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
     if (push)
         *push = 0;
     if (h->plain_fd >= 0) {
-        /* A file that was empty when this handle opened it can have been
-         * turned into a container since by the writer of another mount
-         * (shared BACKING: an empty file is a 0-byte backing file until
-         * its first data). Its backing bytes are then the container, not
-         * the file's content: this handle keeps showing the file as it
-         * was at open (empty); the next open sees the container. */
-        if (h->plain_was_empty) {
-            int p = sqz_ctr_probe_fd(h->plain_fd);
-            if (p == 1 || p == -EBADMSG)
-                return 0;
-            if (p < 0)
-                return p;
-        }
-        return sqz_pread_full(h->plain_fd, buf, n, off);
+        /* A 0-byte backing file is an empty plain file; the writer of a
+         * shared BACKING makes it a container at its first writable open.
+         * Its backing bytes are then the container, not the file's
+         * content: a handle opened while it was empty keeps showing the
+         * file as it was at open (empty); the next open sees the
+         * container. */
+        ssize_t got = sqz_pread_full(h->plain_fd, buf, n, off);
+        if (got < 0 || !h->plain_was_empty)
+            return got;
+        /* Checked after the read: a conversion between a check and the
+         * read would let container bytes through. It goes one way only
+         * (plain to container), so a container now means the bytes read
+         * may be the container's. */
+        int p = sqz_ctr_probe_fd(h->plain_fd);
+        if (p == 1 || p == -EBADMSG)
+            return 0;
+        return p < 0 ? p : got;
     }
     ssize_t r;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
