@@ -33,6 +33,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+from fio_compare import drop_caches_or_fail as drop_caches  # noqa: E402
 from fio_compare import FuseMount, PASSTHROUGH_OPTS, parse_size, is_mounted  # noqa: E402
 
 MiB = 1 << 20
@@ -40,12 +41,6 @@ MiB = 1 << 20
 
 def log(msg):
     print(f"bench-daemon: {msg}", file=sys.stderr, flush=True)
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def read_all(path, bs=MiB, compare=None):

@@ -31,6 +31,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
+sys.path.insert(0, os.path.join(ROOT, "tools"))
+from fio_compare import drop_caches_or_fail as drop_caches  # noqa: E402
 from glusterlib import Gluster, GlusterUnavailable  # noqa: E402
 from mountlib import Mount, squeezefs_bin  # noqa: E402
 
@@ -64,12 +66,6 @@ def net_up(rate):
 def net_down():
     sh("ip", "link", "del", VETH_C, check=False)
     sh("ip", "netns", "del", NS, check=False)
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def read_all(path, bs=1 << 20):

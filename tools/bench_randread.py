@@ -42,6 +42,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
+from fio_compare import drop_caches_or_fail as drop_caches  # noqa: E402
 from fio_compare import FuseMount, PASSTHROUGH_OPTS, is_mounted  # noqa: E402
 
 MB = 1 << 20
@@ -49,12 +50,6 @@ MB = 1 << 20
 
 def log(msg):
     print(f"bench_randread: {msg}", file=sys.stderr, flush=True)
-
-
-def drop_caches():
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
 
 
 def run(cmd, **kw):

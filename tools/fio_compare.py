@@ -49,6 +49,14 @@ def is_mounted(path):
         return any(unescape_mountinfo(line.split()[4]) == path for line in f)
 
 
+def drop_caches_or_fail():
+    """sync + drop the page cache (needs root); raises if impossible (for
+    benchmarks whose 'cold' figures must not silently be warm)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
 def drop_caches(state):
     """sync + drop the page cache (needs root); warns once if impossible."""
     os.sync()
