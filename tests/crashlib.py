@@ -9,6 +9,12 @@ the log survives as written):
   S <file> <seq>                              after fsync(file) returned 0:
                                               every W of <file> with seq <=
                                               <seq> is durable
+
+The writer's "small" mode makes a small-file tree instead (issue 14): new
+files of 0..4000 bytes, each written with one write and closed, a third of
+them fsync'ed before the close, now and then one reopened and appended to.
+A file written once and never fsync'ed must then read as empty or as
+exactly that write (one commit at close): never other bytes.
 """
 import hashlib
 import os
@@ -20,6 +26,7 @@ import time
 WRITER = r'''
 import hashlib, os, random, sys, time
 mnt, logpath, seed, nfiles, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+mode = sys.argv[6]
 rnd = random.Random(seed)
 words = [b"trade", b"quote", b"AAPL", b"MSFT", b"IBM", b"bid", b"ask", b"0.25",
          b"100", b"NYSE", b"2026-11-23", b"12:00:01.123456", b"\n", b","]
@@ -37,7 +44,36 @@ if not os.path.ismount(mnt):
 log = open(logpath, "a", buffering=1)
 fds, sizes, seqs = {}, {}, {}
 seq = 0
+def small_tree():
+    global seq
+    os.makedirs(os.path.join(mnt, prefix + "d"), exist_ok=True)
+    made = []
+    log.write("R\n")
+    for i in range(1 << 30):
+        if made and rnd.random() < 0.1:
+            name = rnd.choice(made)                      # append to an old one
+            flags = os.O_WRONLY | os.O_APPEND
+        else:
+            name = f"{prefix}d/{i % 7}-{i}"
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+            made.append(name)
+        fd = os.open(os.path.join(mnt, name), flags, 0o644)
+        off = os.fstat(fd).st_size
+        n = rnd.choice([0, rnd.randint(1, 200), rnd.randint(1, 4000)])
+        if n:
+            data = payload(n)
+            seq += 1
+            log.write(f"W {seq} {name} {off} {n} {hashlib.sha256(data).hexdigest()}\n")
+            done = 0
+            while done < n:
+                done += os.write(fd, data[done:])
+        if rnd.random() < 0.33:
+            os.fsync(fd)
+            log.write(f"S {name} {seq}\n")
+        os.close(fd)
 try:
+    if mode == "small":
+        small_tree()
     for i in range(nfiles):
         name = f"{prefix}{i}"
         fd = os.open(os.path.join(mnt, name), os.O_RDWR | os.O_CREAT, 0o644)
@@ -70,13 +106,14 @@ except OSError as e:
 '''
 
 
-def start_writer(mnt, logpath, seed, nfiles=3, prefix="f", timeout=30):
+def start_writer(mnt, logpath, seed, nfiles=3, prefix="f", timeout=30, mode="mixed"):
     """Start the writer and return once it has opened its files on the
     mount (its "R" line), so a kill that follows always hits a live
     workload (else a slow start could open files after the daemon died,
-    on the bare mount point directory)."""
+    on the bare mount point directory). mode: "mixed" (appends, overwrites
+    and fsyncs in nfiles files) or "small" (a small-file tree)."""
     p = subprocess.Popen([sys.executable, "-c", WRITER, str(mnt), str(logpath),
-                          str(seed), str(nfiles), prefix],
+                          str(seed), str(nfiles), prefix, mode],
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -131,6 +168,20 @@ def check_tree(mnt, logpath):
     for name, ws in by_file.items():
         path = os.path.join(mnt, name)
         durable = [w for w in ws if w[0] <= synced.get(name, 0)]
+        if not durable and len(ws) == 1 and ws[0][2] == 0 and ws[0][3] <= 4000:
+            # written once, never fsync'ed: empty, or exactly that write
+            try:
+                with open(path, "rb") as f:
+                    content = f.read()
+            except FileNotFoundError:
+                continue  # its creation was lost with the crash
+            except OSError as e:
+                problems.append(f"{name}: cannot read: {e}")
+                continue
+            if content and hashlib.sha256(content).hexdigest() != ws[0][4]:
+                problems.append(f"{name}: never fsync'ed, reads {len(content)} bytes "
+                                f"that are neither empty nor its one write of {ws[0][3]}")
+            continue
         if not durable:
             continue
         try:

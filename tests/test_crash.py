@@ -1,5 +1,6 @@
 """Crash safety: kill -9 the daemon at random moments of a mixed
-append/overwrite/fsync workload, remount, and check that every fsync'ed
+append/overwrite/fsync workload (and of a small-file tree being made:
+crashlib's "small" mode), remount, and check that every fsync'ed
 record reads back exactly, every file is readable end to end and
 `squeezefs verify BACKING` is clean. 20 rounds by default (< 2 min),
 120 with SQZ_LONG=1. Seeds are printed; rerun one with SQZ_SEED=N."""
@@ -19,26 +20,30 @@ def rounds():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options", [(), ("compress=lz4/4K",)], ids=["default", "lz4-4K"])
-def test_kill9_during_workload(mount_factory, tmp_path, options):
-    n = rounds() if not options else max(6, rounds() // 4)
+@pytest.mark.parametrize("options,mode", [((), "mixed"), (("compress=lz4/4K",), "mixed"),
+                                          ((), "small")],
+                         ids=["default", "lz4-4K", "small-files"])
+def test_kill9_during_workload(mount_factory, tmp_path, options, mode):
+    n = rounds() if not options and mode == "mixed" else max(6, rounds() // 4)
     base, seeds = round_seeds(n)
     backing = tmp_path / "backing"
     backing.mkdir()
     logs = []
     # A safety net for slow machines (the file must stay < 2 min), never
     # fewer than the minimum rounds.
-    budget = 900 if os.environ.get("SQZ_LONG") == "1" else (85 if not options else 25)
+    short = bool(options) or mode != "mixed"
+    budget = 900 if os.environ.get("SQZ_LONG") == "1" else (25 if short else 85)
     t_end = time.time() + budget
     for r, seed in enumerate(seeds):
-        if time.time() > t_end and r >= (20 if not options else 6):
+        if time.time() > t_end and r >= (6 if short else 20):
             print(f"time budget reached after {r} rounds")
             break
         rnd = random.Random(seed)
         logpath = tmp_path / f"round{r}.log"
         logs.append(logpath)
         m = mount_factory(options=options, backing=backing)
-        w = start_writer(m.mnt, logpath, seed, nfiles=rnd.randint(1, 4), prefix=f"r{r}-f")
+        w = start_writer(m.mnt, logpath, seed, nfiles=rnd.randint(1, 4), prefix=f"r{r}-f",
+                         mode=mode)
         time.sleep(rnd.uniform(0.05, 1.2))
         m.kill()
         err = stop_writer(w)

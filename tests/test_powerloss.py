@@ -179,8 +179,10 @@ def rounds():
 
 
 @pytest.mark.slow
-def test_power_loss(mount_factory, tmp_path, shim):
-    base, seeds = round_seeds(rounds())
+@pytest.mark.parametrize("workload", ["mixed", "small"], ids=["default", "small-files"])
+def test_power_loss(mount_factory, tmp_path, shim, workload):
+    n = rounds() if workload == "mixed" else max(9, rounds() // 3)
+    base, seeds = round_seeds(n)
     backing = tmp_path / "backing"
     backing.mkdir()
     logs = []
@@ -195,7 +197,8 @@ def test_power_loss(mount_factory, tmp_path, shim):
                "SQZ_PL_JOURNAL": str(journal),
                "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
         m = mount_factory(backing=backing, env=env)
-        w = start_writer(m.mnt, logpath, seed, nfiles=rnd.randint(1, 3), prefix=f"r{r}-f")
+        w = start_writer(m.mnt, logpath, seed, nfiles=rnd.randint(1, 3), prefix=f"r{r}-f",
+                         mode=workload)
         time.sleep(rnd.uniform(0.05, 1.0))
         m.kill()
         err = stop_writer(w)

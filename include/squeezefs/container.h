@@ -73,6 +73,7 @@ struct sqz_ctr_stat {
     uint64_t hole_blocks;      /* all-zero, no space */
     uint64_t compressed_bytes; /* sum of stored bytes of live blocks */
     uint64_t dead_bytes;       /* stored bytes no longer referenced */
+    uint32_t format_version;   /* docs/FORMAT.md: 1 (log at 4096) or 2 */
 };
 
 /* Log levels of sqz_logf and of the sink's level argument. */
@@ -99,12 +100,21 @@ typedef struct sqz_ctr sqz_ctr;
  * a message in err. */
 int sqz_params_check(const sqz_params *p, char *err, size_t errlen);
 
-/* Write a fresh empty container header into fd (which must be an empty or
- * to-be-truncated regular file opened O_RDWR), fsync it, and open it.
+/* Write a fresh empty container header (the current format version) into
+ * fd (which must be an empty or to-be-truncated regular file opened
+ * O_RDWR), fsync it, and open it.
  * The label is an informational path used in log messages (may be NULL).
  * Takes ownership of fd on success and on failure (closes it). */
 int sqz_ctr_create_fd(int fd, const sqz_params *p, const char *label,
                       sqz_ctr **out);
+/* Lazy creation (docs/FORMAT.md "Creation"): the same without any I/O
+ * but truncating a non-empty fd; the header region is written with the
+ * first commit in one pwrite, without an fsync of its own (the first sync
+ * or flush of the file makes it durable, and nothing else is written to
+ * the file before that). A container closed before its first commit leaves
+ * an empty file. */
+int sqz_ctr_create_fd_lazy(int fd, const sqz_params *p, const char *label,
+                           sqz_ctr **out);
 /* Open an existing container. flags: SQZ_OPEN_RDONLY or SQZ_OPEN_RDWR.
  * RDWR repairs a torn tail (ftruncate to the last valid commit). Takes
  * ownership of fd (closed on failure and by sqz_ctr_close). */
@@ -118,8 +128,11 @@ int sqz_ctr_create_path(const char *path, const sqz_params *p, mode_t mode,
 /* 1 if the first bytes of fd are a valid container header (magic + header
  * checksum), 0 if the file is not a container (a plain file), -EBADMSG if
  * it is a container whose header is damaged (header magic, anchor or
- * record magics present), other negative errno on I/O error. Does not move
- * the file offset. */
+ * record magics present), SQZ_PROBE_TORN if it is the start of a version-2
+ * header shorter than a header (a lazy creation torn by a crash before it
+ * was ever synced: an empty file, whose bytes must not be shown), other
+ * negative errno on I/O error. Does not move the file offset. */
+#define SQZ_PROBE_TORN 2
 int sqz_ctr_probe_fd(int fd);
 
 /* Close: writes pending commits (not fsync) and frees. Returns the first

@@ -91,6 +91,19 @@ static int verify_file(void *user, const char *path, const char *rel,
         return 0;
     }
     int pr = sqz_ctr_probe_fd(fd);
+    if (pr == SQZ_PROBE_TORN) {
+        uint64_t n = (uint64_t)st->st_size;
+        if (x->json)
+            json_file(x, path, "tail", n, NULL);
+        else
+            printf("%s: uncommitted tail, %" PRIu64 " bytes (the creation was "
+                   "torn by a crash before it was synced: an empty file)\n",
+                   path, n);
+        x->checked++;
+        x->tails++;
+        close(fd);
+        return 0;
+    }
     if (pr == 0) {
         if (x->json && x->verbose)
             json_file(x, path, "skipped", 0, NULL);

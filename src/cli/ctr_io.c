@@ -43,7 +43,8 @@ int cli_src_open(const char *path, cli_src *s)
         return 0;
     }
     s->fd = fd;
-    s->len = (uint64_t)st.st_size;
+    /* a torn lazy creation is an empty file: its bytes are not content */
+    s->len = pr == SQZ_PROBE_TORN ? 0 : (uint64_t)st.st_size;
     return 0;
 }
 

@@ -16,7 +16,7 @@ static int from_container(const char *path, cli_ctr_figures *fs)
     if (fd < 0)
         return -errno;
     int pr = sqz_ctr_probe_fd(fd);
-    if (pr <= 0) {
+    if (pr <= 0 || pr == SQZ_PROBE_TORN) {
         close(fd);
         return pr < 0 ? pr : -EMEDIUMTYPE;
     }

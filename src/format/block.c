@@ -215,11 +215,19 @@ static int commit_write(sqz_ctr *c, const sqz_prepared *blocks, size_t n,
     }
     uint32_t cplen = (uint32_t)(SQZ_LIST_PREFIX + total_n * SQZ_ENTRY_WIRE);
     total += sqz_rec_size(cplen);
-    if (total > SIZE_MAX)
+    /* lazy creation: the header region goes with the first commit */
+    uint64_t pre = c->hdr_pending ? c->end : 0;
+    if (total + pre > SIZE_MAX)
         return -E2BIG;
-    uint8_t *buf = malloc((size_t)total);
-    if (!buf)
+    int r = sqz_ctr_order_first(c);
+    if (r < 0)
+        return r;
+    uint8_t *wbuf = malloc((size_t)(pre + total));
+    if (!wbuf)
         return -ENOMEM;
+    if (pre)
+        sqz_ctr_header_region(c, wbuf);
+    uint8_t *buf = wbuf + pre;
     uint64_t txn = c->st.txn + 1;
     uint64_t fid = c->hdr.file_id;
     uint64_t pos = 0;
@@ -252,13 +260,18 @@ static int commit_write(sqz_ctr *c, const sqz_prepared *blocks, size_t n,
                      &e);
     }
     sqz_rec_seal(buf + data_total, SQZ_REC_COMMIT, fid, txn, cplen);
-    int r = c->io.pwrite(c->io.ctx, c->fd, buf, (size_t)total, c->end);
+    r = c->io.pwrite(c->io.ctx, c->fd, wbuf, (size_t)(pre + total),
+                     c->end - pre);
     if (r < 0) {
-        free(buf);
+        free(wbuf);
         /* take back whatever part of the append reached the file */
-        if (c->io.truncate(c->io.ctx, c->fd, c->end) < 0)
+        if (c->io.truncate(c->io.ctx, c->fd, c->end - pre) < 0)
             c->broken = 1;
         return r;
+    }
+    if (pre) {
+        c->hdr_pending = 0;
+        c->first_unsynced = 1;
     }
     /* the commit is in the file: mirror it in memory */
     pos = 0;
@@ -281,7 +294,7 @@ static int commit_write(sqz_ctr *c, const sqz_prepared *blocks, size_t n,
         }
         c->st.dead_bytes += replaced;
     }
-    free(buf);
+    free(wbuf);
     c->st.dead_bytes += sqz_index_drop_from(&c->st.ix, nb);
     c->st.length = new_length;
     c->st.txn = txn;

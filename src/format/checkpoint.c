@@ -51,7 +51,7 @@ static int punch(sqz_ctr *c, uint64_t from, uint64_t to)
     return c->io.punch(c->io.ctx, c->fd, a, b - a);
 }
 
-/* Release dead space in [4096, limit). Best effort: failures are logged. */
+/* Release dead space in [log start, limit). Best effort: failures are logged. */
 static void reclaim(sqz_ctr *c, uint64_t limit)
 {
     if (c->punch_unsupported)
@@ -66,7 +66,7 @@ static void reclaim(sqz_ctr *c, uint64_t limit)
         sqz_index_each(&c->st.ix, collect_live, &cl);
         qsort(cl.v, cl.n, sizeof *cl.v, by_offset);
     }
-    uint64_t cur = SQZ_HDR_REGION;
+    uint64_t cur = sqz_log_start(c->hdr.version);
     int r = 0;
     for (size_t i = 0; i < cl.n && r == 0; i++) {
         if (cl.v[i].off >= limit)
@@ -111,6 +111,41 @@ static int write_anchor(sqz_ctr *c, uint64_t seq, uint64_t durable_end)
                         SQZ_ANCHOR_OFF(slot));
 }
 
+void sqz_ctr_header_region(const sqz_ctr *c, uint8_t *out)
+{
+    memset(out, 0, sqz_log_start(c->hdr.version));
+    sqz_header_encode(&c->hdr, out);
+}
+
+int sqz_ctr_order_first(sqz_ctr *c)
+{
+    if (!c->first_unsynced)
+        return 0;
+    int r = c->io.sync(c->io.ctx, c->fd, 1);
+    if (r == 0)
+        c->first_unsynced = 0;
+    return r;
+}
+
+/* A lazily created container that gets a checkpoint before any commit:
+ * the header region alone is its first write. */
+static int write_pending_header(sqz_ctr *c)
+{
+    if (!c->hdr_pending)
+        return 0;
+    uint8_t region[SQZ_LOG_START_V2];
+    sqz_ctr_header_region(c, region);
+    int r = c->io.pwrite(c->io.ctx, c->fd, region, sizeof region, 0);
+    if (r < 0) {
+        if (c->io.truncate(c->io.ctx, c->fd, 0) < 0)
+            c->broken = 1;
+        return r;
+    }
+    c->hdr_pending = 0;
+    c->first_unsynced = 1;
+    return 0;
+}
+
 int sqz_ctr_checkpoint_locked(sqz_ctr *c)
 {
     SQZ_ASSERT_EXCL(&c->lock);
@@ -120,7 +155,12 @@ int sqz_ctr_checkpoint_locked(sqz_ctr *c)
         return -EIO;
     uint8_t *rec;
     uint64_t len;
-    int r = sqz_ckpt_build(&c->st.ix, c->hdr.file_id, c->st.txn, c->st.length,
+    int r = write_pending_header(c);
+    if (r == 0)
+        r = sqz_ctr_order_first(c);
+    if (r < 0)
+        return r;
+    r = sqz_ckpt_build(&c->st.ix, c->hdr.file_id, c->st.txn, c->st.length,
                            &rec, &len);
     if (r < 0)
         return r;
@@ -181,7 +221,7 @@ int sqz_ctr_checkpoint(sqz_ctr *c)
  * fdatasync just done. */
 static int mark_durable(sqz_ctr *c)
 {
-    if (c->end == c->marked_end)
+    if (c->end == c->marked_end || c->hdr_pending)
         return 0;
     int r = write_anchor(c, c->st.anchor_seq + 1, c->end);
     if (r < 0) {
@@ -202,14 +242,18 @@ int sqz_ctr_sync(sqz_ctr *c, int datasync)
         r = 0;
     else if (c->broken)
         r = -EIO;
+    else if (c->hdr_pending) /* nothing written yet: an empty file */
+        r = c->io.sync(c->io.ctx, c->fd, datasync);
     else if (c->since_ckpt > sqz_ckpt_threshold(c)) {
         r = sqz_ctr_checkpoint_locked(c); /* fdatasyncs, marks */
         if (r == 0 && !datasync)
             r = c->io.sync(c->io.ctx, c->fd, 0);
     } else {
         r = c->io.sync(c->io.ctx, c->fd, datasync);
-        if (r == 0)
+        if (r == 0) {
+            c->first_unsynced = 0;
             r = mark_durable(c);
+        }
     }
     SQZ_RWUNLOCK(&c->lock);
     return r;
@@ -218,7 +262,8 @@ int sqz_ctr_sync(sqz_ctr *c, int datasync)
 int sqz_ctr_unmarked(sqz_ctr *c)
 {
     SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
-    int u = c->writable && !c->broken && c->end != c->marked_end;
+    int u = c->writable && !c->broken && !c->hdr_pending &&
+            c->end != c->marked_end;
     SQZ_RWUNLOCK(&c->lock);
     return u;
 }
@@ -230,7 +275,7 @@ int sqz_ctr_mark_begin(sqz_ctr *c, sqz_mark_ticket *t)
     int r = 0;
     if (c->broken)
         r = -EIO;
-    else if (c->writable && c->end != c->marked_end) {
+    else if (c->writable && !c->hdr_pending && c->end != c->marked_end) {
         t->end = c->end;
         t->seq = c->st.anchor_seq;
         r = 1;
@@ -248,11 +293,16 @@ int sqz_ctr_mark_end(sqz_ctr *c, const sqz_mark_ticket *t)
     /* Only for the state the ticket saw: another anchor written since (a
      * sync or checkpoint of a new user) was not covered by the caller's
      * flush, and a later commit's length is not the length at t->end. */
-    if (c->broken)
+    if (c->broken) {
         r = -EIO;
-    else if (c->st.anchor_seq == t->seq && c->end == t->end &&
-             c->marked_end != t->end)
-        r = mark_durable(c);
+    } else {
+        /* the caller's flush covered every write up to the ticket, the
+         * first one (lazy creation) included */
+        c->first_unsynced = 0;
+        if (c->st.anchor_seq == t->seq && c->end == t->end &&
+            c->marked_end != t->end)
+            r = mark_durable(c);
+    }
     SQZ_RWUNLOCK(&c->lock);
     return r;
 }

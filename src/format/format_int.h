@@ -13,8 +13,15 @@
 #include "format/io.h"
 
 /* ---- layout (docs/FORMAT.md) ---- */
-#define SQZ_FMT_VERSION 1u
-#define SQZ_HDR_REGION 4096u      /* header region; records start here */
+#define SQZ_FMT_VERSION 2u        /* written by create; 1 still read/written */
+#define SQZ_LOG_START_V1 4096u    /* version 1: records start here */
+#define SQZ_LOG_START_V2 1536u    /* version 2: right after the anchor slots */
+#define SQZ_LOG_START_MIN SQZ_LOG_START_V2
+/* Where the log starts: the end of the header region of that version. */
+static inline uint64_t sqz_log_start(uint32_t version)
+{
+    return version >= 2 ? SQZ_LOG_START_V2 : SQZ_LOG_START_V1;
+}
 #define SQZ_HDR_SIZE 64u          /* used bytes of sector 0 */
 #define SQZ_ANCHOR_SIZE 56u
 #define SQZ_ANCHOR_OFF(slot) (512u + 512u * (unsigned)(slot))
@@ -102,9 +109,10 @@ typedef struct sqz_anchor {
 
 void sqz_anchor_encode(const sqz_anchor *a, unsigned slot, uint64_t file_id,
                        uint8_t out[SQZ_ANCHOR_SIZE]);
-/* 1 valid, 0 empty (all zero), -EBADMSG damaged. */
+/* 1 valid, 0 empty (all zero), -EBADMSG damaged. log0: where the log
+ * starts (sqz_log_start; the lowest valid durable_end without checkpoint). */
 int sqz_anchor_decode(const uint8_t *in, unsigned slot, uint64_t file_id,
-                      sqz_anchor *a);
+                      uint64_t log0, sqz_anchor *a);
 /* The length extension: the logical length and the last transaction of
  * the log up to the anchor's durable_end. Encode into a sector whose first
  * 56 bytes already hold the encoded anchor; decode: 1 present and valid
@@ -185,10 +193,11 @@ void sqz_wire_put(uint8_t *p, uint64_t idx, uint8_t kind, const sqz_entry *e);
 void sqz_wire_get(const uint8_t *p, sqz_wire_entry *w);
 
 /* Check an entry read from disk: kind, block number below max_blocks,
- * record offset >= 4096, 8-aligned, its DATA record ending at or before
- * limit, stored length plausible for block size bs. 0 or -EBADMSG. */
+ * record offset >= log0 (where the log starts), 8-aligned, its DATA record
+ * ending at or before limit, stored length plausible for block size bs.
+ * 0 or -EBADMSG. */
 int sqz_entry_check(const sqz_wire_entry *w, uint64_t max_blocks, size_t bs,
-                    uint64_t limit);
+                    uint64_t log0, uint64_t limit);
 
 /* Build a CHECKPOINT record of ix (txn, length) in a malloc'd buffer. */
 int sqz_ckpt_build(const sqz_index *ix, uint64_t file_id, uint64_t txn,
@@ -196,7 +205,7 @@ int sqz_ckpt_build(const sqz_index *ix, uint64_t file_id, uint64_t txn,
 /* Parse the payload of a verified CHECKPOINT record at rec_off into a fresh
  * index. 0 or -EBADMSG / -ENOMEM. */
 int sqz_ckpt_parse(const uint8_t *payload, uint32_t plen, uint64_t rec_off,
-                   int log2bs, sqz_index *ix, uint64_t *length);
+                   int log2bs, uint64_t log0, sqz_index *ix, uint64_t *length);
 
 /* ---- replay*.c (replay_int.h) ---- */
 #define SQZ_DAMAGE_MAX 8
@@ -211,7 +220,7 @@ typedef struct sqz_state {
     uint64_t valid_end;       /* end of the applied log (>= durable_end) */
     uint64_t anchor_seq;      /* seq of the newest anchor (0 none) */
     uint64_t ckpt_off;        /* newest checkpoint (0 none) */
-    uint64_t ckpt_end;        /* end of it (4096 if none) */
+    uint64_t ckpt_end;        /* end of it (the log start if none) */
     uint64_t durable_end;     /* durable mark of the anchors (<= file size) */
     uint64_t dead_bytes;
     /* damage met inside the durable part of the log (replay skipped it) */
@@ -258,7 +267,22 @@ struct sqz_ctr {
     unsigned verify_warnings;/* of the last sqz_ctr_verify */
     int broken;              /* a failed append could not be undone */
     int punch_unsupported;   /* logged once */
+    /* Lazy creation (sqz_ctr_create_fd_lazy, docs/FORMAT.md "Creation"):
+     * hdr_pending: the file is still empty; the first append writes the
+     * header region and its records in one pwrite from offset 0.
+     * first_unsynced: that first write is not known to be durable yet;
+     * anything else written to the file must wait for a flush of it. */
+    int hdr_pending;
+    int first_unsynced;
 };
+
+/* The header region of c (header in sector 0, zero anchor slots) into
+ * out (sqz_log_start bytes). */
+void sqz_ctr_header_region(const sqz_ctr *c, uint8_t *out);
+/* Before anything but the first write reaches the file: make the first
+ * write durable (lazy creation). Caller holds the lock exclusively.
+ * 0 or a negative errno. */
+int sqz_ctr_order_first(sqz_ctr *c);
 
 /* read one block; caller holds the lock (shared or exclusive) */
 ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,

@@ -42,7 +42,7 @@ int sqz_header_decode(const uint8_t *in, size_t n, sqz_header *h,
         return -EBADMSG;
     }
     h->version = sqz_get32(in + 8);
-    if (h->version != SQZ_FMT_VERSION) {
+    if (h->version != 1 && h->version != SQZ_FMT_VERSION) {
         sqz_errf(err, errlen, "unsupported container format version");
         return -EPROTONOSUPPORT;
     }
@@ -117,7 +117,7 @@ int sqz_anchor_ext_decode(const uint8_t *in, uint64_t *length, uint64_t *txn)
 }
 
 int sqz_anchor_decode(const uint8_t *in, unsigned slot, uint64_t file_id,
-                      sqz_anchor *a)
+                      uint64_t log0, sqz_anchor *a)
 {
     int zero = 1;
     for (unsigned i = 0; i < SQZ_ANCHOR_SIZE; i++)
@@ -137,7 +137,7 @@ int sqz_anchor_decode(const uint8_t *in, unsigned slot, uint64_t file_id,
     a->ckpt_len = sqz_get64(in + 32);
     a->durable_end = sqz_get64(in + 40);
     /* the durable end lies at or after the checkpoint (or the header) */
-    uint64_t floor = a->ckpt_off ? a->ckpt_off + a->ckpt_len : SQZ_HDR_REGION;
+    uint64_t floor = a->ckpt_off ? a->ckpt_off + a->ckpt_len : log0;
     if (a->seq == 0 || (a->seq & 1) != slot || (!a->ckpt_off != !a->ckpt_len) ||
         a->ckpt_off + a->ckpt_len < a->ckpt_off || (a->durable_end & 7) ||
         a->durable_end < floor) {

@@ -32,10 +32,35 @@ typedef struct sqz_io {
 /* The default: plain system calls (EINTR retried, short transfers looped). */
 extern const sqz_io sqz_io_syscalls;
 
+/* The start of a file read once, for an open: header, anchor slots and
+ * (for a small file) the whole log come from one pread instead of four or
+ * more. io serves reads inside the first len bytes from memory (and, when
+ * the file ends there, reads past it as end of file); everything else goes
+ * to base. */
+typedef struct sqz_io_head {
+    sqz_io io;          /* the wrapper; ctx = this struct */
+    const sqz_io *base;
+    int fd;
+    unsigned char *buf;
+    size_t len;
+    int whole;          /* the file ends at len */
+} sqz_io_head;
+#define SQZ_IO_HEAD_CAP (32u << 10)
+/* Read min(fsize, cap) bytes from offset 0. 0 or a negative errno. */
+int sqz_io_head_init(sqz_io_head *h, const sqz_io *base, int fd,
+                     uint64_t fsize, size_t cap);
+void sqz_io_head_free(sqz_io_head *h);
+
 /* sqz_ctr_create_fd / sqz_ctr_open_fd with a given I/O implementation
  * (copied into the container; io->ctx must outlive it). */
 int sqz_ctr_create_fd_io(int fd, const sqz_params *p, const char *label,
                          const sqz_io *io, sqz_ctr **out);
+/* The same, writing format version 1 or 2 (docs/FORMAT.md); tests make
+ * version-1 files with it (readers and writers of version 1 are kept). */
+int sqz_ctr_create_fd_ver(int fd, const sqz_params *p, uint32_t version,
+                          const char *label, const sqz_io *io, sqz_ctr **out);
+int sqz_ctr_create_fd_lazy_io(int fd, const sqz_params *p, const char *label,
+                              const sqz_io *io, sqz_ctr **out);
 int sqz_ctr_open_fd_io(int fd, int flags, const char *label, const sqz_io *io,
                        sqz_ctr **out);
 

@@ -68,7 +68,7 @@ void sqz_wire_get(const uint8_t *p, sqz_wire_entry *w)
 }
 
 int sqz_entry_check(const sqz_wire_entry *w, uint64_t max_blocks, size_t bs,
-                    uint64_t limit)
+                    uint64_t log0, uint64_t limit)
 {
     if (w->idx >= max_blocks)
         return -EBADMSG;
@@ -86,7 +86,7 @@ int sqz_entry_check(const sqz_wire_entry *w, uint64_t max_blocks, size_t bs,
     default:
         return -EBADMSG;
     }
-    if (w->e.off < SQZ_HDR_REGION || (w->e.off & 7) || w->e.off > limit ||
+    if (w->e.off < log0 || (w->e.off & 7) || w->e.off > limit ||
         sqz_rec_size(SQZ_DATA_PREFIX + (uint64_t)w->e.len) > limit - w->e.off)
         return -EBADMSG;
     return 0;
@@ -127,7 +127,7 @@ int sqz_ckpt_build(const sqz_index *ix, uint64_t file_id, uint64_t txn,
 }
 
 int sqz_ckpt_parse(const uint8_t *payload, uint32_t plen, uint64_t rec_off,
-                   int log2bs, sqz_index *ix, uint64_t *length)
+                   int log2bs, uint64_t log0, sqz_index *ix, uint64_t *length)
 {
     if (plen < SQZ_LIST_PREFIX)
         return -EBADMSG;
@@ -146,7 +146,7 @@ int sqz_ckpt_parse(const uint8_t *payload, uint32_t plen, uint64_t rec_off,
         uint64_t replaced;
         int r = -EBADMSG;
         if (w.kind != SQZ_KIND_HOLE && (i == 0 || w.idx > prev) &&
-            sqz_entry_check(&w, nblocks, bs, rec_off) == 0)
+            sqz_entry_check(&w, nblocks, bs, log0, rec_off) == 0)
             r = sqz_index_set(ix, w.idx, &w.e, &replaced);
         if (r < 0) {
             sqz_index_free(ix);

@@ -42,7 +42,7 @@ static int pending_push(pending *pd, const sqz_wire_entry *w, uint64_t txn,
 /* DATA payload: 0 block u64  8 stored checksum u32  12 kind u8
  * 13 log2bs u8  14 reserved u16  16 stored bytes */
 static int data_record(const uint8_t *pl, uint32_t plen, uint64_t off,
-                       int log2bs, sqz_wire_entry *w)
+                       int log2bs, uint64_t log0, sqz_wire_entry *w)
 {
     if (plen <= SQZ_DATA_PREFIX || pl[13] != log2bs || sqz_get16(pl + 14))
         return -EBADMSG;
@@ -54,7 +54,7 @@ static int data_record(const uint8_t *pl, uint32_t plen, uint64_t off,
     w->e.kind = w->kind;
     if (w->kind == SQZ_KIND_HOLE ||
         sqz_entry_check(w, sqz_max_blocks(log2bs), (size_t)1 << log2bs,
-                        off + sqz_rec_size(plen)) < 0 ||
+                        log0, off + sqz_rec_size(plen)) < 0 ||
         sqz_checksum(pl + SQZ_DATA_PREFIX, w->e.len) != w->e.crc)
         return -EBADMSG;
     return 0;
@@ -109,7 +109,8 @@ static int apply_commit(sqz_state *st, const sqz_header *h, const uint8_t *pl,
     for (uint32_t i = 0; i < n; i++) {
         sqz_wire_entry w;
         sqz_wire_get(pl + SQZ_LIST_PREFIX + (uint64_t)i * SQZ_ENTRY_WIRE, &w);
-        if (sqz_entry_check(&w, nblocks, bs, rec_off) < 0)
+        if (sqz_entry_check(&w, nblocks, bs, sqz_log_start(h->version),
+                            rec_off) < 0)
             return 0;
         if (w.kind == SQZ_KIND_HOLE)
             continue;
@@ -231,7 +232,8 @@ static int apply_commit_damaged(sqz_state *st, const sqz_header *h,
     for (uint32_t i = 0; i < n; i++) {
         sqz_wire_entry w;
         sqz_wire_get(pl + SQZ_LIST_PREFIX + (uint64_t)i * SQZ_ENTRY_WIRE, &w);
-        if (sqz_entry_check(&w, nblocks, bs, rec_off) < 0)
+        if (sqz_entry_check(&w, nblocks, bs, sqz_log_start(h->version),
+                            rec_off) < 0)
             return 0;
         if (w.kind == SQZ_KIND_HOLE)
             continue;
@@ -407,7 +409,8 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
                 ok = rh.seq > st->txn && rh.seq >= last;
             else
                 ok = rh.seq == skip_to + 1;
-            ok = ok && data_record(pl, rh.plen, pos, log2bs, &w) == 0;
+            ok = ok && data_record(pl, rh.plen, pos, log2bs,
+                                   sqz_log_start(h->version), &w) == 0;
             if (ok) {
                 if (skip_to != st->txn) {
                     st->lost_commits += skip_to - st->txn;
@@ -453,7 +456,8 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
                 ok = rh.seq == skip_to && !pd.n;
             }
             if (ok) {
-                int c = sqz_ckpt_parse(pl, rh.plen, pos, log2bs, &nix, &len);
+                int c = sqz_ckpt_parse(pl, rh.plen, pos, log2bs,
+                                       sqz_log_start(h->version), &nix, &len);
                 if (c == -ENOMEM)
                     r = c;
                 ok = c == 0;

@@ -17,10 +17,10 @@ static int load_anchor(const sqz_io *io, int fd, const sqz_header *h,
         /* written by a sync before the first checkpoint: the log starts
          * right after the header (nothing has been punched) */
         st->anchor_seq = a->seq;
-        st->ckpt_end = SQZ_HDR_REGION;
+        st->ckpt_end = sqz_log_start(h->version);
         return 0;
     }
-    if (a->ckpt_off < SQZ_HDR_REGION || (a->ckpt_off & 7) ||
+    if (a->ckpt_off < sqz_log_start(h->version) || (a->ckpt_off & 7) ||
         a->ckpt_off > fsize || a->ckpt_len > fsize - a->ckpt_off ||
         a->ckpt_len < sqz_rec_size(SQZ_LIST_PREFIX) ||
         a->ckpt_len > sqz_rec_size(UINT32_MAX))
@@ -41,7 +41,8 @@ static int load_anchor(const sqz_io *io, int fd, const sqz_header *h,
         r = -EBADMSG;
     } else {
         r = sqz_ckpt_parse(rec + SQZ_REC_HDR, rh.plen, a->ckpt_off,
-                           h->params.log2bs, &st->ix, &st->length);
+                           h->params.log2bs, sqz_log_start(h->version),
+                           &st->ix, &st->length);
         if (r == 0) {
             st->txn = rh.seq;
             st->anchor_seq = a->seq;
@@ -79,7 +80,8 @@ int sqz_replay_load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
             sqz_errf(err, errlen, "header region truncated");
             return -EBADMSG;
         }
-        int d = sqz_anchor_decode(slots[s], s, h->file_id, &a[s]);
+        int d = sqz_anchor_decode(slots[s], s, h->file_id,
+                                  sqz_log_start(h->version), &a[s]);
         valid[s] = d == 1;
         damaged += d < 0;
         /* a mark in a valid slot holds even if its checkpoint is damaged;
@@ -123,6 +125,6 @@ int sqz_replay_load_checkpoint(const sqz_io *io, int fd, const sqz_header *h,
     }
     /* no anchor was ever written (or the first write was torn): nothing has
      * been punched, the log starts right after the header */
-    st->ckpt_end = SQZ_HDR_REGION;
+    st->ckpt_end = sqz_log_start(h->version);
     return 0;
 }

@@ -58,12 +58,15 @@ static int check_anchors(vctx *v, uint64_t fsize)
     sqz_anchor a[2];
     int st[2];
     for (unsigned s = 0; s < 2; s++) {
-        uint8_t b[SQZ_ANCHOR_SIZE];
+        uint8_t b[SQZ_ANCHOR_SIZE] = {0};
         ssize_t r = c->io.pread(c->io.ctx, c->fd, b, sizeof b, SQZ_ANCHOR_OFF(s));
         if (r < 0)
             return (int)r;
-        st[s] = (size_t)r == sizeof b
-                    ? sqz_anchor_decode(b, s, c->hdr.file_id, &a[s])
+        /* a torn lazy creation ends inside the (zero) header region */
+        int torn = fsize < sqz_log_start(c->hdr.version);
+        st[s] = (size_t)r == sizeof b || torn
+                    ? sqz_anchor_decode(b, s, c->hdr.file_id,
+                                        sqz_log_start(c->hdr.version), &a[s])
                     : -EBADMSG;
     }
     if (st[0] < 0 && st[1] < 0) {
@@ -161,6 +164,8 @@ uint64_t sqz_ctr_tail_bytes(sqz_ctr *c)
 {
     SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
     uint64_t t = c->file_size > c->end ? c->file_size - c->end : 0;
+    if (c->file_size < sqz_log_start(c->hdr.version))
+        t = c->file_size; /* a torn creation (an empty file) */
     SQZ_RWUNLOCK(&c->lock);
     return t;
 }

@@ -43,6 +43,32 @@ void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
+/* A lazy creation torn by a crash before it was synced (docs/FORMAT.md
+ * "Creation"): an empty file, whose bytes are never shown. A writable
+ * mount makes it a 0-byte file again (the caller stats anew: a plain file
+ * of length 0 with st_size > 0 means this); a read-only one shows it as an
+ * empty file that cannot be written (PENDING). */
+static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
+                         enum sqz_kind *kind, uint64_t *len)
+{
+    char label[PATH_MAX];
+    sqz_inode_label(fs, in, label, sizeof(label));
+    *len = 0;
+    if (fs->opts.ro) {
+        memset(&in->pending, 0, sizeof(in->pending));
+        *kind = SQZ_K_PENDING;
+        return 0;
+    }
+    int fd = sqz_inode_reopen(in, O_WRONLY | O_TRUNC);
+    if (fd < 0)
+        return fd;
+    close(fd);
+    sqz_logf(SQZ_LOG_WARN, "%s: creation torn by a crash before it was synced: "
+             "reset to an empty file", label);
+    *kind = SQZ_K_PLAIN;
+    return 0;
+}
+
 /* Kind and logical length of a regular file that has no open handle
  * (cached per backing version). Caller holds io (shared or exclusive). */
 static int probe(struct sqz_fs *fs, struct sqz_inode *in,
@@ -74,6 +100,9 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
         close(fd);
         *kind = SQZ_K_PLAIN;
         *len = (uint64_t)bst->st_size;
+    } else if (p == SQZ_PROBE_TORN) {
+        close(fd);
+        return torn_creation(fs, in, kind, len);
     } else if (p == 1 || p == -EBADMSG) {
         char label[PATH_MAX];
         sqz_inode_label(fs, in, label, sizeof(label));
@@ -82,9 +111,18 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
          * newest durable mark recorded (reads give EIO): damage never
          * makes a file look shorter */
         uint64_t marked = 0;
-        int have_marked = sqz_ctr_marked_length_fd(fd, &marked) == 0;
+        int have_marked = 0;
         int rc = p == 1 ? sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &c)
-                        : (close(fd), -EBADMSG);
+                        : -EBADMSG;
+        if (rc == -EBADMSG) { /* read only for damage: the common open
+                               * needs no extra reads */
+            if (p == 1)
+                fd = sqz_inode_reopen(in, O_RDONLY);
+            if (fd >= 0) {
+                have_marked = sqz_ctr_marked_length_fd(fd, &marked) == 0;
+                close(fd);
+            }
+        }
         if (rc == 0) {
             *kind = SQZ_K_CONTAINER;
             *len = sqz_ctr_length(c);

@@ -139,7 +139,7 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
     if (fd < 0)
         return fd;
     sqz_ctr *c = NULL;
-    int rc = sqz_ctr_create_fd(fd, p, label, &c);
+    int rc = sqz_ctr_create_fd_lazy(fd, p, label, &c);
     if (rc)
         return rc;
     rc = sqz_file_new(fs->engine, c, &in->sf);
@@ -153,8 +153,11 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
     return 0;
 }
 
-/* Decide the policy of an empty file and turn it into a container, or into
- * PENDING for auto specs. Caller holds io exclusive. */
+/* Decide the policy of an empty file and make it PENDING: the container is
+ * written only when the first data arrives (sqz_content_materialize_locked),
+ * so an empty file stays a 0-byte backing file (no data block, no header
+ * write, no fsync; a 0-byte file reads as empty whatever it was meant to
+ * become). Caller holds io exclusive. */
 int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in,
                          const char *relpath_or_null)
 {
@@ -173,25 +176,34 @@ int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in,
         return rc;
     sqz_params p;
     sqz_params_from_spec(fs, &r.spec, &p);
-    if (r.spec.auto_mode != SQZ_AUTO_NONE) {
-        in->pending = p;
-        in->kind = SQZ_K_PENDING;
-        return 0;
+    if (r.spec.auto_mode == SQZ_AUTO_NONE) {
+        char err[256] = "";
+        if (sqz_params_check(&p, err, sizeof(err)) != 0) {
+            char label[PATH_MAX];
+            sqz_inode_label(fs, in, label, sizeof(label));
+            sqz_logf(SQZ_LOG_ERR, "%s: invalid compression parameters: %s",
+                     label, err);
+            return -EINVAL;
+        }
     }
-    return make_container(fs, in, &p);
+    in->pending = p;
+    in->kind = SQZ_K_PENDING;
+    return 0;
 }
 
 /* Below this much data a trial compression says little (a first log line
  * would decide the file's algorithm forever): take zstd's default. */
 #define AUTO_MIN_SAMPLE 4096
 
-/* PENDING -> CONTAINER: pick the algorithm from the first data written.
- * Caller holds io exclusive. */
+/* PENDING -> CONTAINER at the first data written (auto specs: pick the
+ * algorithm from it). Caller holds io exclusive. */
 int sqz_content_materialize_locked(struct sqz_fs *fs, struct sqz_inode *in,
                                    const void *sample, size_t n)
 {
     SQZ_ASSERT_EXCL(&in->io);
     sqz_params p = in->pending;
+    if (p.auto_mode == SQZ_AUTO_NONE)
+        return make_container(fs, in, &p);
     size_t cap = (size_t)4 << p.log2bs;
     if (n > cap)
         n = cap;
@@ -265,6 +277,8 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     enum sqz_kind kind;
     uint64_t len;
     rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (rc == 0 && kind == SQZ_K_PLAIN && len == 0 && bst.st_size != 0)
+        rc = sqz_backing_stat(in, &bst); /* a torn creation was reset */
     if (rc)
         goto out;
     int changed = 0;

@@ -143,6 +143,7 @@ struct sqz_fs {
     double timeout;             /* entry/attr timeout (seconds) */
     int syslog;                 /* log lines also go to syslog */
     uid_t uid;                  /* euid of the daemon */
+    gid_t gid;                  /* egid of the daemon */
     char *mnt_real;             /* realpath of MOUNTPOINT, or NULL */
     atomic_int readahead_done;  /* the first open set the kernel's
                                    read-ahead window (ops_file.c) */

@@ -343,6 +343,7 @@ int sqz_mount_main(int argc, char **argv)
     }
     fs->timeout = 1.0;
     fs->uid = geteuid();
+    fs->gid = getegid();
 
     struct fuse_lowlevel_ops ops;
     memset(&ops, 0, sizeof(ops));

@@ -1,0 +1,103 @@
+"""Small files (issue 14) through a real mount: a file under 4 KiB takes
+one 4 KiB block of the backing file system, an empty file none; a
+version-1 container (log at 4096, docs/FORMAT.md) is read and written and
+stays version 1 until `squeezefs recompress` makes it version 2. The crash,
+power-loss and corruption guarantees on small-file trees are tested by
+tests/test_crash.py, tests/test_powerloss.py ([small-files]) and
+tests/unit/test_format_v2.c."""
+import hashlib
+import os
+import random
+import shutil
+import struct
+
+from mountlib import ROOT, run_cli
+
+# made by `squeezefs pack` of e1674e0 (format version 1) from 20,000 bytes
+# of text; sha256 of the text:
+V1_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "v1-zstd-text.sqz")
+V1_SHA256 = "eec4549f2fc418ff41f5f4382cd632dbea5da13489228c3f9128a926bfaac29e"
+
+
+def text(n, seed):
+    rnd = random.Random(seed)
+    words = [b"int", b"char", b"struct", b"#define", b"return", b"(void)", b"\n", b";"]
+    out = bytearray()
+    while len(out) < n:
+        out += rnd.choice(words) + b" "
+    return bytes(out[:n])
+
+
+def version(path):
+    with open(path, "rb") as f:
+        head = f.read(12)
+    assert head[:8] == b"SQZFS\x00\x01\x1a", head
+    return struct.unpack("<I", head[8:12])[0]
+
+
+def test_small_and_empty_files_take_at_most_one_block(mount_factory):
+    m = mount_factory()
+    files = {"empty": b"", "one": b"x", "line": b"hello world\n",
+             "rand2k": random.Random(1).randbytes(2000)}
+    for n in (100, 1000, 3000, 4000, 4095):
+        files[f"text{n}"] = text(n, n)
+    os.makedirs(m.path("d"))
+    for name, data in files.items():
+        with open(m.path("d", name), "wb") as f:
+            f.write(data)
+    open(m.path("d", "touched"), "wb").close()
+    files["touched"] = b""
+    for name, data in files.items():
+        with open(m.path("d", name), "rb") as f:
+            assert f.read() == data, name
+        b = os.stat(os.path.join(m.backing, "d", name))
+        if data:
+            assert 0 < b.st_blocks * 512 <= 4096, (name, b.st_blocks)
+            assert version(os.path.join(m.backing, "d", name)) == 2
+        else:
+            # an empty file is a 0-byte backing file: no data block
+            assert b.st_size == 0 and b.st_blocks == 0, (name, b.st_size, b.st_blocks)
+    assert m.unmount() == 0
+    # the same after a clean unmount (durable marks written) and remount
+    for name, data in files.items():
+        b = os.stat(os.path.join(m.backing, "d", name))
+        assert b.st_blocks * 512 <= (4096 if data else 0), name
+    m2 = mount_factory(backing=m.backing, name="mnt2")
+    for name, data in files.items():
+        with open(m2.path("d", name), "rb") as f:
+            assert f.read() == data, name
+    # an empty file opened again and written becomes a container
+    with open(m2.path("d", "empty"), "ab") as f:
+        f.write(b"now with data\n")
+    with open(m2.path("d", "empty"), "rb") as f:
+        assert f.read() == b"now with data\n"
+    assert version(os.path.join(m2.backing, "d", "empty")) == 2
+
+
+def test_version1_file_read_written_and_recompressed(mount_factory, tmp_path):
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    old = backing / "old.bin"
+    shutil.copyfile(V1_FIXTURE, old)
+    assert version(old) == 1
+    m = mount_factory(backing=backing)
+    with open(m.path("old.bin"), "rb") as f:
+        want = f.read()
+    assert hashlib.sha256(want).hexdigest() == V1_SHA256
+    with open(m.path("old.bin"), "ab") as f:
+        f.write(b"appended through the mount\n")
+    want += b"appended through the mount\n"
+    with open(m.path("old.bin"), "rb") as f:
+        assert f.read() == want
+    assert version(old) == 1          # written, never converted by surprise
+    assert m.unmount() == 0
+    assert run_cli("verify", str(old), check=False).returncode == 0
+    m2 = mount_factory(backing=backing, name="mnt2")
+    with open(m2.path("old.bin"), "rb") as f:
+        assert f.read() == want
+    run_cli("recompress", m2.path("old.bin"))
+    assert version(old) == 2          # recompress writes version 2
+    with open(m2.path("old.bin"), "rb") as f:
+        assert f.read() == want
+    assert m2.unmount() == 0
+    assert run_cli("verify", str(old), check=False).returncode == 0
