@@ -52,12 +52,20 @@ def make_data(n, seed):
     return bytes(out[:n])
 
 
+def log_start(buf):
+    """Where the log starts: after the 4 KiB header region in version 1,
+    after the anchor slots (1536) in version 2 (docs/FORMAT.md)."""
+    version = struct.unpack_from("<I", buf, 8)[0]
+    assert version in (1, 2), version
+    return HDR_REGION if version == 1 else 1536
+
+
 def records(path):
     """[(offset, type, size)] of the records in a container, in log order."""
     out = []
     with open(path, "rb") as f:
         buf = f.read()
-    pos = HDR_REGION
+    pos = log_start(buf)
     while pos + 32 <= len(buf):
         magic, typ = struct.unpack_from("<IB", buf, pos)
         if magic != REC_MAGIC or typ not in (DATA, COMMIT, CHECKPOINT):

@@ -112,7 +112,10 @@ def data_records(path):
     alg = buf[16]
     file_id = buf[40:48]
     recs = []
-    off = 4096
+    # the log starts after the header region: 4096 in version 1, 1536 in 2
+    version = int.from_bytes(buf[8:12], "little")
+    assert version in (1, 2), (path, version)
+    off = 4096 if version == 1 else 1536
     while off + 32 <= len(buf):
         plen = int.from_bytes(buf[off + 24:off + 28], "little")
         if (buf[off:off + 4] != b"SQCR" or buf[off + 8:off + 16] != file_id

@@ -132,6 +132,38 @@ def test_open_descriptor_sees_changes_within_revalidate(mount_factory, tmp_path)
         assert m.unmount() == 0, m.log()
 
 
+def test_reader_of_an_empty_file_never_sees_container_bytes(mount_factory, tmp_path):
+    """A 0-byte backing file (e.g. made by another tool) is an empty plain
+    file; the writer mount makes it a container when it opens it for
+    writing. A reader mount that opened it while empty must not show that
+    container as the file's bytes: the held descriptor reads the file as it
+    was (empty) or its new content; a new open, the new content."""
+    import time
+    backing = tmp_path / "shared"
+    w = mount_factory(backing=backing, name="w")
+    r = mount_factory(options=["ro", "revalidate=1"], backing=backing, name="r")
+    (backing / "e").write_bytes(b"")
+    held = os.open(r.path("e"), os.O_RDONLY)
+    assert os.pread(held, 100, 0) == b""
+    data = b"%08d,trade,AAPL,187.25,100\n" * 200
+    with open(w.path("e"), "ab") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    assert (backing / "e").read_bytes()[:5] == b"SQZFS"  # a container now
+    deadline = time.time() + 3
+    while time.time() < deadline:  # past revalidate=: the kernel asks again
+        os.fstat(held)
+        got = os.pread(held, 1 << 20, 0)
+        assert got in (b"", data), f"held descriptor read {len(got)} bytes no version had"
+        time.sleep(0.2)
+    os.close(held)
+    with open(r.path("e"), "rb") as f:
+        assert f.read() == data
+    for m in (r, w):
+        assert m.unmount() == 0, m.log()
+
+
 def test_revalidate_option_is_checked(mount_factory, tmp_path):
     for bad in ("revalidate=-1", "revalidate=x", "revalidate=86401", "revalidate"):
         with pytest.raises(RuntimeError) as ei:

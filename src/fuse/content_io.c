@@ -19,8 +19,24 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
 {
     (void)fs;
     struct sqz_inode *in = h->inode;
-    if (h->plain_fd >= 0)
+    if (h->plain_fd >= 0) {
+        /* A file that was empty when this handle opened it can have been
+         * turned into a container since by the writer of another mount
+         * (shared BACKING: a file created through a mount is a 0-byte
+         * backing file until its first data, lazy creation). Its backing
+         * bytes are then the container (or the start of one, in flight:
+         * SQZ_PROBE_TORN), not the file's content: this handle keeps
+         * showing the file as it was at open (empty); the next open sees
+         * the container. */
+        if (h->plain_was_empty) {
+            int p = sqz_ctr_probe_fd(h->plain_fd);
+            if (p == 1 || p == SQZ_PROBE_TORN || p == -EBADMSG)
+                return 0;
+            if (p < 0)
+                return p;
+        }
         return sqz_pread_full(h->plain_fd, buf, n, off);
+    }
     ssize_t r;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     if (in->kind == SQZ_K_CONTAINER && in->sf)

@@ -331,6 +331,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
             goto out;
         }
         h->plain_fd = fd;
+        h->plain_was_empty = bst.st_size == 0;
         in->plain_users++;
         break;
     }

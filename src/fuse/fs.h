@@ -98,6 +98,9 @@ struct sqz_inode {
 struct sqz_handle {
     struct sqz_inode *inode;
     int plain_fd;        /* PLAIN: own backing fd; -1 otherwise */
+    int plain_was_empty; /* PLAIN opened at 0 bytes: another mount may make
+                          * it a container (lazy creation), see
+                          * sqz_content_read */
     int append;          /* O_APPEND: writes go through sqz_file_append */
     int writable;
 };
