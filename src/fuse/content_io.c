@@ -17,7 +17,6 @@
 ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
                          size_t n, uint64_t off)
 {
-    (void)fs;
     struct sqz_inode *in = h->inode;
     if (h->plain_fd >= 0) {
         /* A file that was empty when this handle opened it can have been
@@ -27,15 +26,19 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
          * bytes are then the container (or the start of one, in flight:
          * SQZ_PROBE_TORN), not the file's content: this handle keeps
          * showing the file as it was at open (empty); the next open sees
-         * the container. */
-        if (h->plain_was_empty) {
+         * the container. The probe comes after the read: probed before,
+         * the file could still be empty at the probe and a container at
+         * the read (the container's header is its first bytes, so bytes
+         * the read got from it are seen by a later probe). */
+        ssize_t got = sqz_pread_full(h->plain_fd, buf, n, off);
+        if (got > 0 && h->plain_was_empty) {
             int p = sqz_ctr_probe_fd(h->plain_fd);
             if (p == 1 || p == SQZ_PROBE_TORN || p == -EBADMSG)
                 return 0;
             if (p < 0)
                 return p;
         }
-        return sqz_pread_full(h->plain_fd, buf, n, off);
+        return got;
     }
     ssize_t r;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
@@ -43,6 +46,9 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
         r = sqz_file_read(in->sf, buf, n, off);
     else if (in->kind == SQZ_K_PENDING)
         r = 0;
+    else if (in->kind == SQZ_K_PLAIN && fs->opts.ro)
+        r = 0; /* opened on a creation in flight that a writer mount, after
+                * a crash, reset to an empty file (content_kind.c) */
     else
         r = -EIO;
     SQZ_RWUNLOCK(&in->io);
