@@ -168,6 +168,70 @@ def test_reader_of_an_empty_file_never_sees_container_bytes(mount_factory, tmp_p
         assert m.unmount() == 0, m.log()
 
 
+def test_new_open_beside_a_descriptor_held_since_empty(mount_factory, tmp_path):
+    """Lazy creation: a file created through the writer mount is a 0-byte
+    backing file until its first data, so a reader mount opens it as an
+    empty file. That descriptor, held while the writer writes, fsyncs and
+    closes, shares the kernel's page cache and cached size with every later
+    open of the file on the reader: its reads must not leave an empty
+    (zero-filled, size 0) view there. A new open after the writer's close
+    reads exactly the writer's content, also after the held descriptor read
+    between that open's stat and its read."""
+    backing = tmp_path / "shared"
+    w = mount_factory(backing=backing, name="w")
+    r = mount_factory(options=["ro", "revalidate=1"], backing=backing, name="r")
+    data = b"%08d,trade,AAPL,187.25,100\n" * 200  # 5600 bytes, two pages
+    with open(w.path("e"), "wb"):
+        pass  # created through the mount: 0 bytes in BACKING
+    assert (backing / "e").stat().st_size == 0
+    held = os.open(r.path("e"), os.O_RDONLY)
+    assert os.pread(held, 100, 0) == b""
+    with open(w.path("e"), "ab") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    fd = os.open(r.path("e"), os.O_RDONLY)  # after the writer's close
+    assert os.fstat(fd).st_size == len(data)
+    assert os.pread(held, 1 << 20, 0) in (b"", data)
+    got = os.pread(fd, 1 << 20, 0)
+    assert got == data, f"a new open read {len(got)} bytes, the writer has {len(data)}"
+    os.close(fd)
+    os.close(held)
+    with open(r.path("e"), "rb") as f:  # after both were released
+        assert f.read() == data
+    for m in (r, w):
+        assert m.unmount() == 0, m.log()
+
+
+def test_new_open_beside_a_descriptor_held_on_a_creation_in_flight(mount_factory, tmp_path):
+    """A reader that opens a file while the writer's first write (the start
+    of a version-2 header) is only partly there shows it as empty; once the
+    write is complete, a new open shows the content, also while that first
+    descriptor is still held."""
+    backing = tmp_path / "shared"
+    w = mount_factory(backing=backing, name="w")
+    r = mount_factory(options=["ro", "revalidate=1"], backing=backing, name="r")
+    data = bytes(range(256)) * 30
+    with open(w.path("src"), "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    ctr = (backing / "src").read_bytes()
+    assert ctr[:5] == b"SQZFS"
+    (backing / "t").write_bytes(ctr[:20])  # the first write, in flight
+    held = os.open(r.path("t"), os.O_RDONLY)
+    assert os.pread(held, 1 << 20, 0) == b""
+    with open(backing / "t", "r+b") as f:  # the first write is complete
+        f.write(ctr)
+    with open(r.path("t"), "rb") as f:
+        got = f.read()
+    assert got == data, f"a new open read {len(got)} bytes, the writer has {len(data)}"
+    assert os.pread(held, 1 << 20, 0) in (b"", data)
+    os.close(held)
+    for m in (r, w):
+        assert m.unmount() == 0, m.log()
+
+
 def test_revalidate_option_is_checked(mount_factory, tmp_path):
     for bad in ("revalidate=-1", "revalidate=x", "revalidate=86401", "revalidate"):
         with pytest.raises(RuntimeError) as ei:

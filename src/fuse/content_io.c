@@ -24,23 +24,26 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
     if (push)
         *push = 0;
     if (h->plain_fd >= 0) {
-        /* A 0-byte backing file is an empty plain file; the writer of a
-         * shared BACKING makes it a container at its first writable open.
-         * Its backing bytes are then the container, not the file's
-         * content: a handle opened while it was empty keeps showing the
-         * file as it was at open (empty); the next open sees the
-         * container. */
+        /* A file that was empty when this handle opened it can have been
+         * turned into a container since by the writer of another mount
+         * (shared BACKING: a file created through a mount is a 0-byte
+         * backing file until its first data, lazy creation). Its backing
+         * bytes are then the container (or the start of one, in flight:
+         * SQZ_PROBE_TORN), not the file's content: this handle keeps
+         * showing the file as it was at open (empty); the next open sees
+         * the container. The probe comes after the read: probed before,
+         * the file could still be empty at the probe and a container at
+         * the read (the container's header is its first bytes, so bytes
+         * the read got from it are seen by a later probe). */
         ssize_t got = sqz_pread_full(h->plain_fd, buf, n, off);
-        if (got < 0 || !h->plain_was_empty)
-            return got;
-        /* Checked after the read: a conversion between a check and the
-         * read would let container bytes through. It goes one way only
-         * (plain to container), so a container now means the bytes read
-         * may be the container's. */
-        int p = sqz_ctr_probe_fd(h->plain_fd);
-        if (p == 1 || p == -EBADMSG)
-            return 0;
-        return p < 0 ? p : got;
+        if (got > 0 && h->plain_was_empty) {
+            int p = sqz_ctr_probe_fd(h->plain_fd);
+            if (p == 1 || p == SQZ_PROBE_TORN || p == -EBADMSG)
+                return 0;
+            if (p < 0)
+                return p;
+        }
+        return got;
     }
     ssize_t r;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
@@ -54,6 +57,9 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
         }
     } else if (in->kind == SQZ_K_PENDING)
         r = 0;
+    else if (in->kind == SQZ_K_PLAIN && fs->opts.ro)
+        r = 0; /* opened on a creation in flight that a writer mount, after
+                * a crash, reset to an empty file (content_kind.c) */
     else
         r = -EIO;
     SQZ_RWUNLOCK(&in->io);

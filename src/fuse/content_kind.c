@@ -171,11 +171,16 @@ int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
                             uint64_t *len)
 {
     SQZ_ASSERT_HELD(&in->io);
-    /* A read-only mount that holds an empty file open as plain may see the
-     * writer (another mount) turn it into a container: probe again. */
-    int ro_plain = fs->opts.ro && in->kind == SQZ_K_PLAIN;
+    /* A read-only mount that holds an empty file open (plain, or PENDING:
+     * a creation in flight) may see the writer (another mount) turn it
+     * into a container: probe again. So does one whose container view was
+     * closed while a plain handle stays open (the kind is still CONTAINER,
+     * the length only a view knows). */
+    int ro_reprobe = fs->opts.ro && (in->kind == SQZ_K_PLAIN ||
+                                     in->kind == SQZ_K_PENDING);
+    int no_view = in->kind == SQZ_K_CONTAINER && !in->sf;
     if (sqz_content_handles_open(in) && in->kind != SQZ_K_UNKNOWN &&
-        !ro_plain && !stale_ro_view(in, bst)) {
+        !ro_reprobe && !no_view && !stale_ro_view(in, bst)) {
         *kind = in->kind;
         if (in->kind == SQZ_K_CONTAINER && in->sf)
             *len = sqz_file_length(in->sf);

@@ -338,6 +338,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         }
         h->plain_fd = fd;
         h->plain_was_empty = bst.st_size == 0;
+        h->direct = fs->opts.ro && h->plain_was_empty;
         in->plain_users++;
         break;
     }
@@ -351,6 +352,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         in->sf_users++;
         break;
     case SQZ_K_PENDING:
+        h->direct = fs->opts.ro; /* a creation in flight (content_kind.c) */
         in->sf_users++;
         break;
     default:
@@ -502,6 +504,12 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
 {
     struct sqz_inode *in = h->inode;
     int rc = 0;
+    /* A read-only mount's plain handle (another mount may write the file
+     * in place, or make an empty one a container) may have read a version
+     * newer than the one recorded at its open, a direct one none at all:
+     * the key stays the one recorded at the last open, so the next open
+     * keeps the kernel's pages only if nothing changed since. */
+    int keep_kc_key = h->direct || (h->plain_fd >= 0 && fs->opts.ro);
     if (h->plain_fd < 0)
         sqz_durable_wait_room(fs);
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
@@ -537,7 +545,8 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
         in->wtime_set = 0;
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
-    record_kc(in, have_vk ? &vk : NULL);
+    if (!keep_kc_key)
+        record_kc(in, have_vk ? &vk : NULL);
     SQZ_RWUNLOCK(&in->io);
     if (h->writable)
         sqz_push_unblock(in); /* its changes are all in the daemon now */

@@ -120,6 +120,9 @@ struct sqz_handle {
     int plain_was_empty; /* PLAIN opened at 0 bytes: another mount may make
                           * it a container (lazy creation), see
                           * sqz_content_read */
+    int direct;          /* read-only mount, opened while the file was empty
+                          * (0 bytes or a creation in flight): the kernel
+                          * reads it with direct I/O (sqz_content_open) */
     int append;          /* O_APPEND: writes go through sqz_file_append */
     int writable;
 };

@@ -75,7 +75,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->keep_cache = kc ? 1 : 0;
-    fi->direct_io = 0;
+    /* An empty file on a read-only mount may become a container (the
+     * writer's first data, lazy creation) while this handle still shows it
+     * empty: its reads must not put that empty view (zero-filled pages, a
+     * short read's size 0) into the page cache every later open of the
+     * file shares. */
+    fi->direct_io = h->direct ? 1 : 0;
     /* Read-only mount (another mount may be the writer): the kernel's
      * cached size may be an old one (attr timeout), and a read stops
      * there, so a file the writer grew would read short until the timeout.
