@@ -208,8 +208,21 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
         dirty = sqz_file_dirty(in->sf);
     SQZ_RWUNLOCK(&in->io);
 
-    if (kind == SQZ_K_PLAIN)
+    if (kind == SQZ_K_PLAIN) {
+        /* A torn creation was just reset to an empty file (torn_creation):
+         * the figures taken before it are stale, and a size kept from them
+         * would make the kernel fill the missing bytes with zeros. */
+        if (len == 0 && st->st_size > 0) {
+            struct stat again;
+            if (sqz_backing_stat(in, &again) == 0 && S_ISREG(again.st_mode)) {
+                *st = again;
+            } else {
+                st->st_size = 0;
+                st->st_blocks = 0;
+            }
+        }
         return;
+    }
     st->st_size = (off_t)len;
     if (len > 0 && st->st_blocks == 0)
         st->st_blocks = 8;
