@@ -212,9 +212,19 @@ def test_backing_write_faults(mount_factory, tmp_path, fault_shim, mode, nth, co
     assert v.returncode == 0, v.stdout + v.stderr
 
 
-def test_plain_file_write_making_no_progress(mount_factory, tmp_path, fault_shim):
-    """A backing pwrite that returns 0 (no progress, no error) fails the
-    write with EIO instead of spinning forever (the plain-file path)."""
+@pytest.mark.parametrize("opts,calls,first", [
+    (["nowriteback"], "write,fsync,close", "write"),
+    ([], "write,fsync,close", "fsync"),
+    ([], "write,close", "close"),
+], ids=["nowriteback", "writeback-fsync", "writeback-close"])
+def test_plain_file_write_making_no_progress(mount_factory, tmp_path, fault_shim,
+                                             opts, calls, first):
+    """A backing pwrite that returns 0 (no progress, no error) fails with
+    EIO instead of spinning forever (the plain-file path). Without the
+    kernel writeback cache write(2) itself reports it; with the cache (the
+    default) the write lands in the kernel's page cache and the error is
+    reported by fsync, or by close when the program does not fsync: never
+    dropped."""
     backing = tmp_path / "backing"
     backing.mkdir()
     (backing / "plain.txt").write_bytes(b"not a container\n" * 100)
@@ -223,18 +233,23 @@ def test_plain_file_write_making_no_progress(mount_factory, tmp_path, fault_shim
            "SQZ_FAULT_ARM": str(arm), "SQZ_FAULT_NTH": "1",
            "SQZ_FAULT_COUNT": "0", "SQZ_FAULT_MODE": "zero",
            "ASAN_OPTIONS": os.environ.get("ASAN_OPTIONS", "") + ":verify_asan_link_order=0"}
-    m = mount_factory(backing=backing, env=env)
+    m = mount_factory(backing=backing, env=env, options=opts)
     arm.touch()
     code = ("import os, sys\n"
             "fd = os.open(sys.argv[1], os.O_WRONLY)\n"
-            "try:\n"
-            "    os.pwrite(fd, b'x' * 4096, 0)\n"
-            "except OSError as e:\n"
-            "    print(e.errno)\n")
-    r = subprocess.run([sys.executable, "-c", code, m.path("plain.txt")],
+            "calls = {'write': lambda: os.pwrite(fd, b'x' * 4096, 0),\n"
+            "         'fsync': lambda: os.fsync(fd),\n"
+            "         'close': lambda: os.close(fd)}\n"
+            "for name in sys.argv[2].split(','):\n"
+            "    try:\n"
+            "        calls[name]()\n"
+            "    except OSError as e:\n"
+            "        print(name, e.errno)\n"
+            "        break\n")
+    r = subprocess.run([sys.executable, "-c", code, m.path("plain.txt"), calls],
                        capture_output=True, text=True, timeout=30)
     arm.unlink()
-    assert r.stdout.strip() == str(errno.EIO), (r.stdout, r.stderr, m.log()[-2000:])
+    assert r.stdout.strip() == f"{first} {errno.EIO}", (r.stdout, r.stderr, m.log()[-2000:])
     assert "fault_shim: injecting a 0-byte write" in m.log()
     assert m.proc.poll() is None, "daemon died:\n" + m.log()[-3000:]
     assert m.unmount() == 0
@@ -333,9 +348,13 @@ def test_damaged_block_inside_large_reads(mount_factory, tmp_path, spec):
     assert m2.unmount() == 0
 
 
-def test_sigterm_flushes(mount_factory, tmp_path):
+@pytest.mark.parametrize("opts", [[], ["nowriteback"]], ids=["writeback", "nowriteback"])
+def test_sigterm_flushes(mount_factory, tmp_path, opts):
+    """Data written to a file still open (neither fsync'ed nor closed) is
+    committed when the daemon gets SIGTERM: with the kernel writeback cache
+    (the default) the daemon first has the kernel write its cached pages."""
     backing = tmp_path / "backing"
-    m = mount_factory(backing=backing)
+    m = mount_factory(backing=backing, options=opts)
     data = text_data(3 << 20, 8)
     fd = os.open(m.path("open-file"), os.O_WRONLY | os.O_CREAT, 0o644)
     try:

@@ -434,32 +434,48 @@ def test_writeback_option(mount_factory):
 
 
 def test_writeback_never_on_a_read_only_mount(mount_factory):
-    """-o writeback negotiates the kernel writeback cache on a read-write
-    mount only: a read-only mount follows another mount's writes, and with
-    the cache its kernel would keep its own file sizes."""
-    m = mount_factory(options=["writeback"])
+    """The kernel writeback cache is on by default, on a read-write mount
+    only: a read-only mount follows another mount's writes, and with the
+    cache its kernel would keep its own file sizes."""
+    m = mount_factory()
     assert sqz_stats(m.mnt)["writeback_cache"] == 1
     backing = m.backing
     assert m.unmount() == 0
     r = mount_factory(options=["ro", "writeback"], backing=backing, name="ro")
     assert sqz_stats(r.mnt)["writeback_cache"] == 0
-    d = mount_factory(backing=backing, name="rw")
-    assert sqz_stats(d.mnt)["writeback_cache"] == 0
+    r2 = mount_factory(options=["ro"], backing=backing, name="ro2")
+    assert sqz_stats(r2.mnt)["writeback_cache"] == 0
 
 
-def test_writeback_is_off_by_default(mount_factory):
-    """Without -o writeback every write(2) reaches the daemon at once
-    (visible in logical_bytes_written before any flush/close)."""
-    m = mount_factory()
-    fd = os.open(m.path("f"), os.O_CREAT | os.O_WRONLY, 0o644)
-    try:
-        before = sqz_stats(m.mnt)["logical_bytes_written"]
-        for _ in range(25):
-            os.write(fd, b"w" * 4096)
-        after = sqz_stats(m.mnt)["logical_bytes_written"]
-        assert after - before == 25 * 4096
-    finally:
-        os.close(fd)
+def test_writeback_is_on_by_default_and_nowriteback_turns_it_off(mount_factory):
+    """By default the kernel gathers write(2)s in its page cache (nothing
+    reaches the daemon before a flush, fsync or close); with -o nowriteback
+    every write(2) reaches the daemon at once (logical_bytes_written before
+    any flush/close). The counters are read in this process: a child
+    process would close its copy of the descriptor at exec, and a close
+    flushes the kernel's pages."""
+    def written(m):
+        return json.loads(os.getxattr(m.mnt, "user.squeezefs.stats"))["logical_bytes_written"]
+
+    for opts, cached in (([], True), (["nowriteback"], False)):
+        m = mount_factory(options=opts, name="wb" if cached else "nowb")
+        assert sqz_stats(m.mnt)["writeback_cache"] == (1 if cached else 0)
+        fd = os.open(m.path("f"), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            before = written(m)
+            for _ in range(25):
+                os.write(fd, b"w" * 4096)
+            after = written(m)
+            if cached:
+                assert after - before < 25 * 4096
+            else:
+                assert after - before == 25 * 4096
+            os.fsync(fd)
+            assert written(m) - before == 25 * 4096
+        finally:
+            os.close(fd)
+        assert rd(m.path("f")) == b"w" * (25 * 4096)
+        assert m.unmount() == 0
 
 
 def test_mount_via_mount_fuse3_fstab_style(tmp_path, sqz_bin):

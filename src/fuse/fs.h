@@ -338,6 +338,12 @@ int sqz_content_refresh_view_locked(struct sqz_fs *fs, struct sqz_inode *in,
 int sqz_revalidate_start(struct sqz_fs *fs);
 void sqz_revalidate_stop(struct sqz_fs *fs);
 
+/* shutdown.c: SIGTERM/SIGINT/SIGHUP flush the kernel's cached pages to
+ * the daemon before the request loop ends. Start from the thread that
+ * runs the loop; stop after fuse_session_unmount. */
+int sqz_shutdown_start(struct sqz_fs *fs, struct fuse_session *se);
+void sqz_shutdown_stop(struct sqz_fs *fs);
+
 /* ---- push.c: decompressed blocks pushed into the kernel's page cache ---- */
 int sqz_push_init(struct sqz_inode *in);
 void sqz_push_destroy(struct sqz_inode *in);

@@ -5,7 +5,8 @@
  *
  * Nothing is mounted unless every option, BACKING and the rule file are
  * valid. Without -f the daemon detaches only after the mount succeeded.
- * SIGINT/SIGTERM/SIGHUP and unmount end the loop; op_destroy commits and
+ * SIGINT/SIGTERM/SIGHUP (after the kernel's cached pages are flushed,
+ * shutdown.c) and unmount end the loop; op_destroy commits and
  * fsyncs every open file; the exit status is 0 unless that failed. */
 #include "fuse/fs.h"
 #include "common/lockorder.h"
@@ -57,8 +58,9 @@ void sqz_mount_usage(FILE *out)
         "                         than their policy's AGE are rewritten with SPEC2\n"
         "     tier_rate=SIZE      file data a tiering job rewrites per second\n"
         "                         (default 50M; 0 = unlimited)\n"
-        "     writeback           use the kernel writeback cache (faster,\n"
-        "                         weaker durability; never with ro)\n"
+        "     nowriteback         no kernel writeback cache: every write(2)\n"
+        "                         reaches the daemon at once (slower; the\n"
+        "                         default is the cache, never with ro)\n"
         "     ro                  read-only\n"
         "     allow_other         let other users in (implies\n"
         "                         default_permissions)\n"
@@ -431,6 +433,12 @@ int sqz_mount_main(int argc, char **argv)
         goto out_unmount;
     }
 
+    if ((rc = sqz_shutdown_start(fs, se)) < 0) {
+        sqz_logf(SQZ_LOG_ERR, "cannot set up the signal handling: %s",
+                 strerror(-rc));
+        goto out_unmount;
+    }
+
     if (cl.single) {
         rc = fuse_session_loop(se);
     } else {
@@ -453,6 +461,7 @@ out_unmount:
     sqz_tier_stop(fs);
     sqz_revalidate_stop(fs); /* it notifies the kernel through se */
     fuse_session_unmount(se);
+    sqz_shutdown_stop(fs);
 out_signals:
     fuse_remove_signal_handlers(se);
 out_session:

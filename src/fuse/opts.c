@@ -24,6 +24,7 @@ void sqz_mount_opts_init(struct sqz_mount_opts *o)
     o->revalidate_s = SQZ_DEFAULT_REVALIDATE_S;
     o->min_saving = SQZ_MIN_SAVING_DEFAULT;
     o->tier_rate = SQZ_DEFAULT_TIER_RATE;
+    o->writeback = 1; /* the kernel writeback cache; never with ro */
 }
 
 void sqz_mount_opts_free(struct sqz_mount_opts *o)
@@ -329,6 +330,11 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
     if (!has_val && (strcmp(key, "writeback") == 0 ||
                      strcmp(key, "writeback_cache") == 0)) {
         o->writeback = 1;
+        return 0;
+    }
+    if (!has_val && (strcmp(key, "nowriteback") == 0 ||
+                     strcmp(key, "no_writeback_cache") == 0)) {
+        o->writeback = 0;
         return 0;
     }
     if (!has_val && strcmp(key, "ro") == 0) {

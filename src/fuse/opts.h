@@ -37,7 +37,8 @@ struct sqz_mount_opts {
                                second a tiering job rewrites (default 50M;
                                0 = unlimited) */
     char *policy_file;      /* policy= (malloc'd) or NULL */
-    int writeback;          /* -o writeback (never with ro) */
+    int writeback;          /* kernel writeback cache: on unless nowriteback
+                             * (never with ro) */
     int ro;                 /* -o ro */
     int allow_other;        /* -o allow_other (forces default_permissions) */
     int default_permissions;

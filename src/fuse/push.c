@@ -31,8 +31,12 @@
  *    own pages are never waited for by its own thread. At most
  *    SQZ_PUSH_MAX_INFLIGHT pushes run at once per mount, so that READs
  *    they may wait for always find request threads.
- *  - With the kernel writeback cache (-o writeback) the kernel's pages may
- *    hold data the daemon has not seen yet: nothing is pushed.
+ *  - With the kernel writeback cache (the default on read-write mounts)
+ *    the kernel's pages may hold data the daemon has not seen yet, but
+ *    only while a writable handle is open: the kernel writes every dirty
+ *    page back before it sends the RELEASE of a writable file (and dirty
+ *    pages need a writable file), and a truncate(2) without a handle is a
+ *    changer here too. So the same fence covers it.
  *  - A push never extends the file in the kernel: blocks end at the
  *    file's length as the read saw it, and no change (truncate) can have
  *    happened since.
@@ -93,7 +97,7 @@ void sqz_push_fence(struct sqz_inode *in)
 int sqz_push_sample(struct sqz_fs *fs, struct sqz_inode *in, uint64_t *gen)
 {
     SQZ_ASSERT_HELD(&in->io);
-    if (fs->opts.writeback || !fs->se)
+    if (!fs->se)
         return 0;
     SQZ_MUTEX_LOCK(&in->push_mu, SQZ_RANK_PUSH);
     int ok = in->push_block == 0;
