@@ -10,6 +10,7 @@ import os
 import random
 import shutil
 import struct
+import time
 
 from mountlib import ROOT, run_cli
 
@@ -132,3 +133,72 @@ def test_torn_creation_reads_as_an_empty_file(mount_factory, tmp_path):
     with open(m.path("src"), "rb") as f:
         assert f.read() == data
     assert m.unmount() == 0
+
+
+def _stats(m):
+    import json
+    return json.loads(os.getxattr(m.mnt, "user.squeezefs.stats"))
+
+
+def _daemon_fds(m):
+    d = f"/proc/{m.proc.pid}/fd"
+    out = []
+    for n in os.listdir(d):
+        try:
+            out.append(os.readlink(os.path.join(d, n)))
+        except OSError:
+            pass
+    return out
+
+
+def test_open_after_lookup_reuses_the_probed_container(mount_factory, tmp_path):
+    """A lookup probes a container for its length; the open that follows
+    takes that container instead of opening and parsing it again
+    (opens_from_lookup), but only while the backing file is at the version
+    the probe read: a change by another mount in between is seen. A file
+    unlinked or renamed over through the mount leaves no descriptor of it in
+    the daemon once the kernel has forgotten it (its space is freed)."""
+    backing = tmp_path / "shared"
+    w = mount_factory(backing=backing, name="w")
+    files = {f"f{i}": text(500 + 37 * i, i) for i in range(40)}
+    for name, data in files.items():
+        with open(w.path(name), "wb") as f:
+            f.write(data)
+    assert w.unmount() == 0
+    w.start()
+    # unlink and rename-over, right after a lookup (fresh mount: nothing
+    # cached in the kernel): the stashed descriptors go with the names
+    os.stat(w.path("f2"))
+    os.stat(w.path("f3"))
+    os.stat(w.path("f4"))
+    os.unlink(w.path("f2"))
+    os.rename(w.path("f4"), w.path("f3"))
+    # the kernel forgets the removed inodes (FORGET, asynchronous); with
+    # them go the daemon's descriptors of the inode and its stash
+    deadline = time.time() + 5
+    while True:
+        gone = [p for p in _daemon_fds(w) if "(deleted)" in p]
+        if not gone or time.time() > deadline:
+            break
+        time.sleep(0.05)
+    assert not gone, gone
+    with open(w.path("f3"), "rb") as f:
+        assert f.read() == files["f4"]
+    files["f3"] = files.pop("f4")
+    del files["f2"]
+    before = _stats(w)["opens_from_lookup"]
+    for name, data in files.items():
+        with open(w.path(name), "rb") as f:  # lookup, then open
+            assert f.read() == data
+    assert _stats(w)["opens_from_lookup"] - before >= len(files) // 2
+    # a reader mount looks the file up, the writer changes it, the reader
+    # opens it: the probed version must not be served
+    r = mount_factory(options=["ro", "revalidate=1"], backing=backing, name="r")
+    assert os.stat(r.path("f1")).st_size == len(files["f1"])
+    more = text(3000, 99)
+    with open(w.path("f1"), "ab") as f:
+        f.write(more)
+    with open(r.path("f1"), "rb") as f:
+        assert f.read() == files["f1"] + more
+    for m in (r, w):
+        assert m.unmount() == 0

@@ -13,7 +13,7 @@ static const char *const keys[] = {
     "backing_bytes_written", "blocks_decompressed", "bytes_decompressed",
     "blocks_compressed", "bytes_compressed", "raw_blocks_stored",
     "cache_hits", "cache_misses", "cache_bytes", "dirty_bytes",
-    "pushed_blocks", "pushed_bytes", "push_skipped",
+    "pushed_blocks", "pushed_bytes", "push_skipped", "opens_from_lookup",
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

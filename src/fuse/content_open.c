@@ -30,6 +30,47 @@ void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s, sqz_params *p)
     p->auto_mode = (uint8_t)s->auto_mode;
 }
 
+/* Open the container of a file for ensure_sf and set sf_key to the
+ * version it is read at. A read-only open takes the container the lookup's
+ * probe opened if the file is still at that version (content_kind.c). */
+static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
+                    sqz_ctr **out)
+{
+    struct stat kst;
+    if (!want_write) {
+        if (fstat(in->fd, &kst) == 0) {
+            struct sqz_bkey now;
+            sqz_bkey_of(&kst, &now);
+            *out = sqz_content_stash_take(in, &now);
+            if (*out) {
+                in->sf_key = now;
+                return 0;
+            }
+        }
+    } else {
+        sqz_content_stash_drop(in);
+    }
+    char label[PATH_MAX];
+    sqz_inode_label(fs, in, label, sizeof(label));
+    int mode = want_write ? SQZ_OPEN_RDWR : SQZ_OPEN_RDONLY;
+    int fd = sqz_inode_reopen(in, want_write ? O_RDWR : O_RDONLY);
+    if (fd < 0)
+        return fd;
+    /* the version this view shows: taken before the replay reads it (a
+     * change after this is seen again at the next open) */
+    if (fstat(fd, &kst) == 0)
+        sqz_bkey_of(&kst, &in->sf_key);
+    else
+        memset(&in->sf_key, 0, sizeof(in->sf_key));
+    int rc = sqz_ctr_open_fd(fd, mode, label, out);
+    if (rc == -EBADMSG) {
+        sqz_logf(SQZ_LOG_ERR, "%s: damaged container header: %s", label, strerror(-rc));
+        sqz_content_invalidate(in);
+        return -EIO;
+    }
+    return rc;
+}
+
 /* Open the shared sqz_file of a container (caller holds io exclusive).
  * Read-only users get a read-only container, so reading never modifies
  * BACKING (no tail repair); the first writer reopens it read-write (safe:
@@ -55,26 +96,8 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
         in->sf_rw = 1;
         return 0;
     }
-    char label[PATH_MAX];
-    sqz_inode_label(fs, in, label, sizeof(label));
-    int mode = want_write ? SQZ_OPEN_RDWR : SQZ_OPEN_RDONLY;
-    int fd = sqz_inode_reopen(in, want_write ? O_RDWR : O_RDONLY);
-    if (fd < 0)
-        return fd;
-    /* the version this view shows: taken before the replay reads it (a
-     * change after this is seen again at the next open) */
-    struct stat kst;
-    if (fstat(fd, &kst) == 0)
-        sqz_bkey_of(&kst, &in->sf_key);
-    else
-        memset(&in->sf_key, 0, sizeof(in->sf_key));
     sqz_ctr *c = NULL;
-    int rc = sqz_ctr_open_fd(fd, mode, label, &c);
-    if (rc == -EBADMSG) {
-        sqz_logf(SQZ_LOG_ERR, "%s: damaged container header: %s", label, strerror(-rc));
-        sqz_content_invalidate(in);
-        return -EIO;
-    }
+    int rc = open_ctr(fs, in, want_write, &c);
     if (rc)
         return rc;
     sqz_file *nsf = NULL;
@@ -83,9 +106,12 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
         return rc;
     if (in->sf) {
         int rc2 = sqz_file_close(in->sf);
-        if (rc2)
-            sqz_logf(SQZ_LOG_WARN, "%s: closing the read-only view: %s", label,
-                     strerror(-rc2));
+        if (rc2) {
+            char label[PATH_MAX];
+            sqz_inode_label(fs, in, label, sizeof(label));
+            sqz_logf(SQZ_LOG_WARN, "%s: closing the read-only view: %s",
+                     label, strerror(-rc2));
+        }
     }
     in->sf = nsf;
     in->sf_rw = want_write;

@@ -97,6 +97,10 @@ struct sqz_inode {
     struct sqz_bkey probe_key;
     enum sqz_kind probe_kind;
     uint64_t probe_len;  /* logical length (CONTAINER) */
+    sqz_ctr *stash;      /* the read-only container the last probe opened,
+                            kept for the open that usually follows a
+                            lookup (content_kind.c); NULL if none */
+    struct sqz_bkey stash_key; /* backing version stash was opened at */
     int kc_valid;        /* keep_cache: key recorded at last open/release */
     struct sqz_bkey kc_key;
     int wtime_set;       /* time of the newest uncommitted write */
@@ -253,6 +257,13 @@ int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st);
 int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
                   const char *name, struct fuse_entry_param *e);
 void sqz_content_invalidate(struct sqz_inode *in);
+/* The container a probe opened (read-only), if the backing file is still
+ * at *key's version: the caller owns it (else NULL). stash_drop closes it
+ * (inode teardown). */
+sqz_ctr *sqz_content_stash_take(struct sqz_inode *in, const struct sqz_bkey *key);
+void sqz_content_stash_drop(struct sqz_inode *in);
+uint64_t sqz_content_stash_hits(void); /* opens that took one (stats) */
+
 int sqz_content_handles_open(const struct sqz_inode *in);
 /* io held (shared or exclusive): kind and logical length. */
 int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,

@@ -55,6 +55,7 @@ static struct sqz_inode *inode_new(int fd, const struct stat *st)
 
 static void inode_destroy(struct sqz_inode *in)
 {
+    sqz_content_stash_drop(in);
     if (in->fd >= 0)
         close(in->fd);
     pthread_rwlock_destroy(&in->io);
@@ -349,6 +350,7 @@ void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
                      ino_t ino)
 {
     SQZ_ASSERT_EXCL(&in->io);
+    sqz_content_stash_drop(in); /* of the replaced backing file */
     SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     table_remove(fs, in);
     in->dev = dev;

@@ -74,6 +74,7 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"cache_misses\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
         ", \"dirty_bytes\": %" PRIu64 ", \"pushed_blocks\": %" PRIu64
         ", \"pushed_bytes\": %" PRIu64 ", \"push_skipped\": %" PRIu64
+        ", \"opens_from_lookup\": %" PRIu64
         ", \"security_xattr_gets\": %lu"
         ", \"killpriv_v2\": %d, \"writeback_cache\": %d%s}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
@@ -83,6 +84,7 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         (uint64_t)atomic_load(&fs->push_blocks),
         (uint64_t)atomic_load(&fs->push_bytes),
         (uint64_t)atomic_load(&fs->push_skipped),
+        sqz_content_stash_hits(),
         atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active(),
         fs->opts.writeback, tier);
 }
