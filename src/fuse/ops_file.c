@@ -75,6 +75,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->keep_cache = kc ? 1 : 0;
+    /* A read-only handle has nothing to flush at close (the writers' own
+     * closes commit their data): no FLUSH round trip that close(2) would
+     * wait for (FOPEN_NOFLUSH, Linux 5.10+; older kernels ignore it). */
+    fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY ? 1 : 0;
     /* An empty file on a read-only mount may become a container (the
      * writer's first data, lazy creation) while this handle still shows it
      * empty: its reads must not put that empty view (zero-filled pages, a
