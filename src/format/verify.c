@@ -50,8 +50,8 @@ static int check_block(void *u, uint64_t idx, const sqz_entry *e)
 /* Anchor policy (docs/FORMAT.md): the newest valid anchor must lead to a
  * valid checkpoint. An older anchor's checkpoint may be gone (its space is
  * reclaimed once a newer one is durable). A damaged slot next to a valid
- * one is what a torn anchor write leaves: a warning, not a problem. Both
- * slots damaged is a problem. */
+ * one, or next to an empty (never written) one, is what a torn anchor write
+ * leaves: a warning, not a problem. Both slots damaged is a problem. */
 static int check_anchors(vctx *v, uint64_t fsize)
 {
     sqz_ctr *c = v->c;
@@ -73,6 +73,19 @@ static int check_anchors(vctx *v, uint64_t fsize)
         problem(v, "both anchor slots are damaged");
         return 0;
     }
+    for (unsigned s = 0; s < 2; s++)
+        if (st[s] < 0 && st[!s] == 0) {
+            /* the other slot was never written: what a torn first anchor
+             * write leaves (the log is replayed from its start), or damage
+             * of the one anchor a small file has */
+            char msg[160];
+            snprintf(msg, sizeof msg, "warning: anchor slot %u is damaged (a "
+                     "torn first anchor write or damage); slot %u is empty, "
+                     "the log is read from its start", s, !s);
+            v->warnings++;
+            if (v->report)
+                v->report(v->user, msg);
+        }
     for (unsigned s = 0; s < 2; s++)
         if (st[s] < 0 && st[!s] == 1) {
             /* what a torn anchor write leaves after a crash, or damage:
