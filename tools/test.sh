@@ -209,11 +209,12 @@ st_pytest_asan() {
     return "$rc"
 }
 
-# The TSan daemon under the concurrency, stress and integrity suites (with
+# The TSan daemon under the concurrency, stress, integrity, tiering and
+# small-file suites (with
 # --long also the POSIX and fault suites). Any TSan report fails the stage.
 st_pytest_tsan() {
     [[ -x build-tsan/squeezefs ]] || { echo "build-tsan/squeezefs missing: the build failed" >&2; return 1; }
-    local files=(tests/test_concurrency.py tests/test_stress.py tests/test_integrity.py tests/test_tier.py)
+    local files=(tests/test_concurrency.py tests/test_stress.py tests/test_integrity.py tests/test_tier.py tests/test_smallfiles.py)
     [[ $LONG -eq 1 ]] && files+=(tests/test_posix.py tests/test_faults.py)
     local logs=$WORK/tsan rc=0
     mkdir -p "$logs"
