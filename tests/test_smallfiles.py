@@ -121,11 +121,11 @@ def test_torn_creation_reads_as_an_empty_file(mount_factory, tmp_path):
     with open(ctr, "rb") as f:
         whole = f.read()
     assert m.unmount() == 0
-    for n in (11, 50, 63):
+    for n in (8, 11, 50, 63):
         with open(os.path.join(m.backing, f"torn{n}"), "wb") as f:
             f.write(whole[:n])
     m.start()
-    for n in (11, 50, 63):
+    for n in (8, 11, 50, 63):
         p = m.path(f"torn{n}")
         assert os.stat(p).st_size == 0, n
         with open(p, "rb") as f:
@@ -202,3 +202,25 @@ def test_open_after_lookup_reuses_the_probed_container(mount_factory, tmp_path):
         assert f.read() == files["f1"] + more
     for m in (r, w):
         assert m.unmount() == 0
+
+
+def test_plain_files_that_start_like_a_container_are_kept(mount_factory, tmp_path):
+    """Files already in BACKING (plain files) whose few bytes happen to be
+    the start of the container magic ("S", "SQZ", "SQZFS") are plain files
+    with those bytes: a writable mount must not take them for a torn lazy
+    creation and empty them."""
+    backing = tmp_path / "b"
+    backing.mkdir()
+    magic = b"SQZFS\x00\x01\x1a"
+    files = {f"p{n}": magic[:n] for n in range(1, 8)}
+    files["text"] = b"SQZ\n"
+    for name, data in files.items():
+        (backing / name).write_bytes(data)
+    m = mount_factory(backing=backing)
+    for name, data in files.items():
+        assert os.stat(m.path(name)).st_size == len(data), name
+        with open(m.path(name), "rb") as f:
+            assert f.read() == data, name
+    assert m.unmount() == 0
+    for name, data in files.items():
+        assert (backing / name).read_bytes() == data, name

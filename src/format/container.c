@@ -299,12 +299,16 @@ int sqz_ctr_probe_fd(int fd)
     sqz_header h;
     if (sqz_header_decode(hb, (size_t)got, &h, NULL, 0) == 0)
         return 1;
-    /* shorter than a header and the start of a version-2 one (magic,
-     * version): a lazy creation's first write, torn before it was synced */
+    /* shorter than a header and the start of a version-2 one (the whole
+     * 8-byte magic, then the version): a lazy creation's first write, torn
+     * before it was synced. A shorter prefix of the magic ("S", "SQZ") is
+     * a plain file with those bytes, kept as they are: a device does not
+     * tear a write inside a file's first sector, and a user's small file
+     * must never be taken for a torn creation and emptied. */
     uint8_t v2[12];
     memcpy(v2, sqz_hdr_magic, 8);
     sqz_put32(v2 + 8, 2);
-    if (got > 0 && (size_t)got < SQZ_HDR_SIZE &&
+    if ((size_t)got >= sizeof sqz_hdr_magic && (size_t)got < SQZ_HDR_SIZE &&
         memcmp(hb, v2, (size_t)got < sizeof v2 ? (size_t)got : sizeof v2) == 0)
         return SQZ_PROBE_TORN;
     if ((size_t)got >= sizeof sqz_hdr_magic &&

@@ -170,6 +170,13 @@ static void test_first_write_torn_everywhere(void)
             close(fd);
             continue;
         }
+        if (keep < 8) {
+            /* a prefix of the magic alone is a plain file of those bytes
+             * (devices do not tear inside the first sector) */
+            CHECK_EQ_INT(pr, 0);
+            close(fd);
+            continue;
+        }
         if (keep < SQZ_HDR_SIZE) {
             if (pr != SQZ_PROBE_TORN)
                 fprintf(stderr, "torn after %llu bytes: probe %d\n",
@@ -204,7 +211,7 @@ static void test_first_write_torn_everywhere(void)
         }
         CHECK_EQ_INT(sqz_ctr_close(r), 0);
     }
-    CHECK_EQ_INT(torn_probe, SQZ_HDR_SIZE - 1);
+    CHECK_EQ_INT(torn_probe, SQZ_HDR_SIZE - 8);
     CHECK(empty_ctr > 1000);
     CHECK_EQ_INT(whole, 1);
 
