@@ -257,9 +257,12 @@ int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st);
 int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
                   const char *name, struct fuse_entry_param *e);
 void sqz_content_invalidate(struct sqz_inode *in);
-/* The container a probe opened (read-only), if the backing file is still
- * at *key's version: the caller owns it (else NULL). stash_drop closes it
- * (inode teardown). */
+/* inode.c: the container a probe opened (read-only), kept for the next
+ * open. put: the probe hands it over (closed if too many are kept); take:
+ * the caller owns it if the backing file is still at *key's version (else
+ * NULL); drop: close it (a writable open, a rekey, the inode's teardown). */
+void sqz_content_stash_put(struct sqz_inode *in, sqz_ctr *c,
+                           const struct sqz_bkey *key);
 sqz_ctr *sqz_content_stash_take(struct sqz_inode *in, const struct sqz_bkey *key);
 void sqz_content_stash_drop(struct sqz_inode *in);
 uint64_t sqz_content_stash_hits(void); /* opens that took one (stats) */
