@@ -139,7 +139,10 @@ int sqz_content_flush(struct sqz_fs *fs, struct sqz_handle *h)
 {
     (void)fs;
     struct sqz_inode *in = h->inode;
-    if (h->plain_fd >= 0)
+    /* a reader has nothing of its own to commit (the kernel sends FLUSH
+     * for it too when it keeps a writeback cache: FOPEN_NOFLUSH is ignored
+     * then) */
+    if (h->plain_fd >= 0 || !h->writable)
         return 0;
     int rc = 0;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);

@@ -1,4 +1,4 @@
-/* Directory handles: opendir, readdir, releasedir, fsyncdir.
+/* Directory handles: opendir, readdir, readdirplus, releasedir, fsyncdir.
  * Recompress temporaries (SQZ_TMP_PREFIX) are never listed. */
 #include "fuse/fs.h"
 #include "common/lockorder.h"
@@ -101,6 +101,74 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
     free(buf);
 }
 
+/* READDIRPLUS: the entries with their attributes, so that a walk of a tree
+ * (find | xargs cat, tar c, ls -l) needs no LOOKUP per file: each entry is
+ * looked up here (for a container: its length, and the container is kept
+ * for the open that follows, inode.c). Every entry handed to the kernel
+ * holds one lookup reference, as a LOOKUP reply does; "." and ".." are
+ * listed without one (ino 0: the kernel links nothing for them). */
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+                           off_t offset, struct fuse_file_info *fi)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *dir = sqz_inode_of(fs, ino);
+    struct sqz_dirhandle *d = dirhandle_of(fi);
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    SQZ_MUTEX_LOCK(&d->lock, SQZ_RANK_DIRHANDLE);
+    if (offset != d->offset) {
+        seekdir(d->dp, offset);
+        d->entry = NULL;
+        d->offset = offset;
+    }
+    size_t pos = 0;
+    int err = 0;
+    for (;;) {
+        if (!d->entry) {
+            errno = 0;
+            d->entry = readdir(d->dp);
+            if (!d->entry) {
+                err = errno;
+                break;
+            }
+        }
+        struct dirent *de = d->entry;
+        off_t next = de->d_off;
+        if (!sqz_name_hidden(de->d_name)) {
+            /* the size depends on the name alone: check it before the
+             * lookup takes a reference the kernel would never get */
+            size_t need = fuse_add_direntry_plus(req, NULL, 0, de->d_name,
+                                                 NULL, 0);
+            if (need > size - pos)
+                break; /* keep d->entry for the next call */
+            struct fuse_entry_param e;
+            memset(&e, 0, sizeof(e));
+            int dots = strcmp(de->d_name, ".") == 0 ||
+                       strcmp(de->d_name, "..") == 0;
+            if (dots || sqz_do_lookup(fs, dir, de->d_name, &e) != 0) {
+                /* gone meanwhile, or "."/"..": a name without attributes
+                 * (the kernel looks it up when it needs it) */
+                memset(&e, 0, sizeof(e));
+                e.attr.st_ino = de->d_ino;
+                e.attr.st_mode = (mode_t)de->d_type << 12;
+            }
+            pos += fuse_add_direntry_plus(req, buf + pos, size - pos,
+                                          de->d_name, &e, next);
+        }
+        d->entry = NULL;
+        d->offset = next;
+    }
+    SQZ_MUTEX_UNLOCK(&d->lock);
+    if (err && pos == 0)
+        fuse_reply_err(req, err);
+    else
+        fuse_reply_buf(req, buf, pos);
+    free(buf);
+}
+
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
                           struct fuse_file_info *fi)
 {
@@ -126,6 +194,7 @@ void sqz_ops_dir(struct fuse_lowlevel_ops *ops)
 {
     ops->opendir = op_opendir;
     ops->readdir = op_readdir;
+    ops->readdirplus = op_readdirplus;
     ops->releasedir = op_releasedir;
     ops->fsyncdir = op_fsyncdir;
 }

@@ -77,7 +77,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fi->keep_cache = kc ? 1 : 0;
     /* A read-only handle has nothing to flush at close (the writers' own
      * closes commit their data): no FLUSH round trip that close(2) would
-     * wait for (FOPEN_NOFLUSH, Linux 5.10+; older kernels ignore it). */
+     * wait for (FOPEN_NOFLUSH, Linux 5.10+). The kernel ignores it while
+     * it keeps a writeback cache (the default); it helps nowriteback. */
     fi->noflush = (fi->flags & O_ACCMODE) == O_RDONLY ? 1 : 0;
     /* An empty file on a read-only mount may become a container (the
      * writer's first data, lazy creation) while this handle still shows it
