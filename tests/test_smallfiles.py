@@ -224,3 +224,44 @@ def test_plain_files_that_start_like_a_container_are_kept(mount_factory, tmp_pat
     assert m.unmount() == 0
     for name, data in files.items():
         assert (backing / name).read_bytes() == data, name
+
+
+def test_directory_listing_gives_logical_sizes(mount_factory):
+    """A directory read with READDIRPLUS hands the kernel every entry's
+    attributes: the logical length of a container (not its backing size),
+    which the kernel then serves to stat without a LOOKUP. Entries created,
+    renamed or removed after the listing are seen as such."""
+    m = mount_factory()
+    os.mkdir(m.path("d"))
+    files = {f"f{i:03d}": text(100 + 211 * i, i) for i in range(150)}
+    for name, data in files.items():
+        with open(m.path("d", name), "wb") as f:
+            f.write(data)
+    os.mkdir(m.path("d", "sub"))
+    os.symlink("f001", m.path("d", "link"))
+    assert m.unmount() == 0
+    m.start()
+    names = sorted(os.listdir(m.path("d")))
+    assert names == sorted(list(files) + ["sub", "link"])
+    with os.scandir(m.path("d")) as it:
+        kinds = {e.name: (e.is_dir(follow_symlinks=False),
+                          e.is_symlink()) for e in it}
+    assert kinds["sub"] == (True, False) and kinds["link"] == (False, True)
+    for name, data in files.items():
+        st = os.stat(m.path("d", name))
+        assert st.st_size == len(data), name
+    assert os.readlink(m.path("d", "link")) == "f001"
+    os.rename(m.path("d", "f000"), m.path("d", "g000"))
+    os.unlink(m.path("d", "f002"))
+    with open(m.path("d", "f003"), "ab") as f:
+        f.write(b"more")
+    files["g000"] = files.pop("f000")
+    del files["f002"]
+    files["f003"] += b"more"
+    assert sorted(os.listdir(m.path("d"))) == sorted(list(files) + ["sub", "link"])
+    for name, data in files.items():
+        with open(m.path("d", name), "rb") as f:
+            assert f.read() == data, name
+        assert os.stat(m.path("d", name)).st_size == len(data), name
+    assert not os.path.exists(m.path("d", "f002"))
+    assert m.unmount() == 0
