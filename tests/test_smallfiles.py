@@ -265,3 +265,24 @@ def test_directory_listing_gives_logical_sizes(mount_factory):
         assert os.stat(m.path("d", name)).st_size == len(data), name
     assert not os.path.exists(m.path("d", "f002"))
     assert m.unmount() == 0
+
+
+def test_created_written_truncated_to_empty_before_any_commit(mount_factory):
+    """A new file whose data is truncated away before its first commit
+    leaves a 0-byte backing file (lazy creation wrote nothing): it is an
+    empty file at its next open, never a container whose header is
+    missing (EIO). Found by test_stress with the writeback cache."""
+    for opts in ([], ["nowriteback"]):
+        m = mount_factory(options=opts, name="wb" if not opts else "nowb")
+        for i in range(20):
+            p = m.path(f"f{i}")
+            fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
+            os.write(fd, text(100 + 50 * i, i))
+            os.ftruncate(fd, 0)
+            os.close(fd)
+            with open(p, "rb") as f:
+                assert f.read() == b"", (opts, i)
+            os.truncate(p, 10)  # by path, no handle open
+            with open(p, "rb") as f:
+                assert f.read() == bytes(10), (opts, i)
+        assert m.unmount() == 0, m.log()

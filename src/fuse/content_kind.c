@@ -57,6 +57,11 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
                  const struct stat *bst, enum sqz_kind *kind, uint64_t *len)
 {
     SQZ_ASSERT_HELD(&in->io);
+    if (bst->st_size == 0) { /* always an empty file, whatever was cached */
+        *kind = SQZ_K_PLAIN;
+        *len = 0;
+        return 0;
+    }
     struct sqz_bkey k;
     sqz_bkey_of(bst, &k);
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
@@ -68,12 +73,6 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
 
-    if (bst->st_size == 0) {
-        *kind = SQZ_K_PLAIN;
-        *len = 0;
-        sqz_content_probe_store(in, bst, *kind, *len);
-        return 0;
-    }
     int fd = sqz_inode_reopen(in, O_RDONLY);
     if (fd < 0)
         return fd;

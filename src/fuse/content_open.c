@@ -559,7 +559,10 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
             rc = sqz_content_close_sf(fs, in);
             sqz_content_restore_times(in);
             struct stat bst;
-            if (rc == 0 && sqz_backing_stat(in, &bst) == 0)
+            /* a lazily created container that never committed (its data
+             * truncated away first) left a 0-byte backing file: that is an
+             * empty plain file, not a container */
+            if (rc == 0 && sqz_backing_stat(in, &bst) == 0 && bst.st_size > 0)
                 sqz_content_probe_store(in, &bst, SQZ_K_CONTAINER, len);
             else
                 sqz_content_invalidate(in);
