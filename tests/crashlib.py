@@ -50,7 +50,11 @@ def small_tree():
     made = []
     log.write("R\n")
     for i in range(1 << 30):
-        if made and rnd.random() < 0.1:
+        # at most 1,500 new files a round: every file the kernel knows
+        # holds a descriptor in the daemon (one per inode), and the rounds
+        # share one tree that the check reads whole (the machine's limit
+        # may be 20,000); past that, appends to the round's files
+        if made and (rnd.random() < 0.1 or len(made) >= 1500):
             name = rnd.choice(made)                      # append to an old one
             flags = os.O_WRONLY | os.O_APPEND
         else:

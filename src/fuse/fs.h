@@ -163,6 +163,8 @@ struct sqz_fs {
     struct sqz_tier *tier;      /* tier.c; NULL on read-only mounts */
     int wlock_posix;            /* it is a per-process POSIX lock */
     atomic_uint push_inflight;  /* push.c: pushes running now */
+    size_t plus_max_inodes;     /* const: READDIRPLUS looks entries up only
+                                   below this many inodes (mount.c) */
     atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
 
     pthread_mutex_t itable_lock;
@@ -266,6 +268,7 @@ void sqz_content_stash_put(struct sqz_inode *in, sqz_ctr *c,
 sqz_ctr *sqz_content_stash_take(struct sqz_inode *in, const struct sqz_bkey *key);
 void sqz_content_stash_drop(struct sqz_inode *in);
 uint64_t sqz_content_stash_hits(void); /* opens that took one (stats) */
+size_t sqz_inode_count(struct sqz_fs *fs); /* inodes in the table now */
 
 int sqz_content_handles_open(const struct sqz_inode *in);
 /* io held (shared or exclusive): kind and logical length. */

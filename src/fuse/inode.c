@@ -352,6 +352,14 @@ int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
     return sqz_inode_lookup_at(fs, parent->fd, name, st, out);
 }
 
+size_t sqz_inode_count(struct sqz_fs *fs)
+{
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    size_t n = fs->count;
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    return n;
+}
+
 int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
                         struct stat *st, struct sqz_inode **out)
 {

@@ -271,7 +271,7 @@ static int build_fuse_args(struct sqz_fs *fs, const char *prog, int debug,
 /* Every inode the kernel holds keeps an O_PATH fd, and closed files wait
  * for their durable mark with their fd open (durable.c): take the hard
  * limit, as other FUSE file systems do, instead of the default 1024. */
-static void raise_fd_limit(void)
+static void raise_fd_limit(struct sqz_fs *fs)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -280,6 +280,12 @@ static void raise_fd_limit(void)
             sqz_logf(SQZ_LOG_WARN, "cannot raise the open file limit: %s",
                      strerror(errno));
     }
+    /* READDIRPLUS gives every listed entry an inode (and its fd): only
+     * while the inodes take at most half of the limit (ops_dir.c) */
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        fs->plus_max_inodes = (size_t)rl.rlim_cur / 2;
+    else
+        fs->plus_max_inodes = (size_t)1 << 20;
 }
 
 static int ncores(void)
@@ -324,8 +330,8 @@ int sqz_mount_main(int argc, char **argv)
      * cache + 64 MiB. One arena keeps it near cache + dirty data; the
      * malloc lock is not a bottleneck next to (de)compression. */
     mallopt(M_ARENA_MAX, 1);
-    raise_fd_limit();
     memset(fs, 0, sizeof(*fs));
+    raise_fd_limit(fs);
     sqz_mutex_init(&fs->readahead_mu); /* cannot fail with glibc */
     fs->root_dirfd = -1;
     fs->wlock_fd = -1;

@@ -148,7 +148,11 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
             memset(&e, 0, sizeof(e));
             int dots = strcmp(de->d_name, ".") == 0 ||
                        strcmp(de->d_name, "..") == 0;
-            if (dots || sqz_do_lookup(fs, dir, de->d_name, &e) != 0) {
+            /* every looked-up entry holds an inode and its descriptor
+             * until the kernel forgets it: past half the descriptor limit
+             * entries go without (the kernel looks them up when used) */
+            int plain = dots || sqz_inode_count(fs) >= fs->plus_max_inodes;
+            if (plain || sqz_do_lookup(fs, dir, de->d_name, &e) != 0) {
                 /* gone meanwhile, or "."/"..": a name without attributes
                  * (the kernel looks it up when it needs it) */
                 memset(&e, 0, sizeof(e));
