@@ -50,65 +50,46 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
     }
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
-                       off_t offset, struct fuse_file_info *fi)
+/* One entry into buf (at most room bytes): its size, or more than room if
+ * it does not fit (then nothing was taken). READDIRPLUS entries carry
+ * their attributes: each is looked up as by LOOKUP and holds one kernel
+ * reference, as a LOOKUP reply does; "." and "..", entries gone meanwhile,
+ * and all entries while the inodes take half the descriptor limit (each
+ * holds one until the kernel forgets it) go without (ino 0: the kernel
+ * links nothing and looks the name up when it needs it). */
+static size_t add_entry(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *dir,
+                        int plus, char *buf, size_t room, const struct dirent *de,
+                        off_t next)
 {
-    (void)ino;
-    struct sqz_dirhandle *d = dirhandle_of(fi);
-    char *buf = malloc(size ? size : 1);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
+    if (!plus) {
+        struct stat st;
+        memset(&st, 0, sizeof(st));
+        st.st_ino = de->d_ino;
+        st.st_mode = (mode_t)de->d_type << 12;
+        return fuse_add_direntry(req, buf, room, de->d_name, &st, next);
     }
-    SQZ_MUTEX_LOCK(&d->lock, SQZ_RANK_DIRHANDLE);
-    if (offset != d->offset) {
-        seekdir(d->dp, offset);
-        d->entry = NULL;
-        d->offset = offset;
+    /* the size depends on the name alone: checked before the lookup takes
+     * a reference the kernel would never get */
+    size_t need = fuse_add_direntry_plus(req, NULL, 0, de->d_name, NULL, 0);
+    if (need > room)
+        return need;
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof(e));
+    int bare = strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0 ||
+               sqz_inode_count(fs) >= fs->plus_max_inodes;
+    if (bare || sqz_do_lookup(fs, dir, de->d_name, &e) != 0) {
+        memset(&e, 0, sizeof(e));
+        e.attr.st_ino = de->d_ino;
+        e.attr.st_mode = (mode_t)de->d_type << 12;
     }
-    size_t pos = 0;
-    int err = 0;
-    for (;;) {
-        if (!d->entry) {
-            errno = 0;
-            d->entry = readdir(d->dp);
-            if (!d->entry) {
-                err = errno;
-                break;
-            }
-        }
-        struct dirent *de = d->entry;
-        off_t next = de->d_off;
-        if (!sqz_name_hidden(de->d_name)) {
-            struct stat st;
-            memset(&st, 0, sizeof(st));
-            st.st_ino = de->d_ino;
-            st.st_mode = (mode_t)de->d_type << 12;
-            size_t need = fuse_add_direntry(req, buf + pos, size - pos,
-                                            de->d_name, &st, next);
-            if (need > size - pos)
-                break; /* keep d->entry for the next call */
-            pos += need;
-        }
-        d->entry = NULL;
-        d->offset = next;
-    }
-    SQZ_MUTEX_UNLOCK(&d->lock);
-    if (err && pos == 0)
-        fuse_reply_err(req, err);
-    else
-        fuse_reply_buf(req, buf, pos);
-    free(buf);
+    return fuse_add_direntry_plus(req, buf, room, de->d_name, &e, next);
 }
 
-/* READDIRPLUS: the entries with their attributes, so that a walk of a tree
- * (find | xargs cat, tar c, ls -l) needs no LOOKUP per file: each entry is
- * looked up here (for a container: its length, and the container is kept
- * for the open that follows, inode.c). Every entry handed to the kernel
- * holds one lookup reference, as a LOOKUP reply does; "." and ".." are
- * listed without one (ino 0: the kernel links nothing for them). */
-static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
-                           off_t offset, struct fuse_file_info *fi)
+/* READDIR and READDIRPLUS (plus: a walk of a tree, find | xargs cat, tar c,
+ * ls -l, then needs no LOOKUP per file; for a container the lookup's
+ * opened container is kept for the open that follows, inode.c). */
+static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
+                      struct fuse_file_info *fi, int plus)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *dir = sqz_inode_of(fs, ino);
@@ -138,29 +119,11 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
         struct dirent *de = d->entry;
         off_t next = de->d_off;
         if (!sqz_name_hidden(de->d_name)) {
-            /* the size depends on the name alone: check it before the
-             * lookup takes a reference the kernel would never get */
-            size_t need = fuse_add_direntry_plus(req, NULL, 0, de->d_name,
-                                                 NULL, 0);
+            size_t need = add_entry(req, fs, dir, plus, buf + pos, size - pos,
+                                    de, next);
             if (need > size - pos)
                 break; /* keep d->entry for the next call */
-            struct fuse_entry_param e;
-            memset(&e, 0, sizeof(e));
-            int dots = strcmp(de->d_name, ".") == 0 ||
-                       strcmp(de->d_name, "..") == 0;
-            /* every looked-up entry holds an inode and its descriptor
-             * until the kernel forgets it: past half the descriptor limit
-             * entries go without (the kernel looks them up when used) */
-            int plain = dots || sqz_inode_count(fs) >= fs->plus_max_inodes;
-            if (plain || sqz_do_lookup(fs, dir, de->d_name, &e) != 0) {
-                /* gone meanwhile, or "."/"..": a name without attributes
-                 * (the kernel looks it up when it needs it) */
-                memset(&e, 0, sizeof(e));
-                e.attr.st_ino = de->d_ino;
-                e.attr.st_mode = (mode_t)de->d_type << 12;
-            }
-            pos += fuse_add_direntry_plus(req, buf + pos, size - pos,
-                                          de->d_name, &e, next);
+            pos += need;
         }
         d->entry = NULL;
         d->offset = next;
@@ -171,6 +134,18 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
     else
         fuse_reply_buf(req, buf, pos);
     free(buf);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+                       off_t offset, struct fuse_file_info *fi)
+{
+    reply_dir(req, ino, size, offset, fi, 0);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+                           off_t offset, struct fuse_file_info *fi)
+{
+    reply_dir(req, ino, size, offset, fi, 1);
 }
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
