@@ -27,11 +27,12 @@ void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
 
 /* A lazy creation torn by a crash before it was synced (docs/FORMAT.md
  * "Creation"): an empty file, whose bytes are never shown. A writable
- * mount makes it a 0-byte file again (the caller stats anew: a plain file
- * of length 0 with st_size > 0 means this); a read-only one shows it as an
+ * mount makes it a 0-byte file again and stats it anew into *bst (figures
+ * from before the reset would show its old size, and the kernel would
+ * fill the missing bytes with zeros); a read-only one shows it as an
  * empty file that cannot be written (PENDING). */
 static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
-                         enum sqz_kind *kind, uint64_t *len)
+                         struct stat *bst, enum sqz_kind *kind, uint64_t *len)
 {
     char label[PATH_MAX];
     sqz_inode_label(fs, in, label, sizeof(label));
@@ -48,13 +49,20 @@ static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
     sqz_logf(SQZ_LOG_WARN, "%s: creation torn by a crash before it was synced: "
              "reset to an empty file", label);
     *kind = SQZ_K_PLAIN;
+    struct stat again;
+    if (sqz_backing_stat(in, &again) == 0 && S_ISREG(again.st_mode)) {
+        *bst = again;
+    } else {
+        bst->st_size = 0;
+        bst->st_blocks = 0;
+    }
     return 0;
 }
 
 /* Kind and logical length of a regular file that has no open handle
  * (cached per backing version). Caller holds io (shared or exclusive). */
 static int probe(struct sqz_fs *fs, struct sqz_inode *in,
-                 const struct stat *bst, enum sqz_kind *kind, uint64_t *len)
+                 struct stat *bst, enum sqz_kind *kind, uint64_t *len)
 {
     SQZ_ASSERT_HELD(&in->io);
     if (bst->st_size == 0) { /* always an empty file, whatever was cached */
@@ -83,7 +91,7 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
         *len = (uint64_t)bst->st_size;
     } else if (p == SQZ_PROBE_TORN) {
         close(fd);
-        return torn_creation(fs, in, kind, len);
+        return torn_creation(fs, in, bst, kind, len);
     } else if (p == 1 || p == -EBADMSG) {
         char label[PATH_MAX];
         sqz_inode_label(fs, in, label, sizeof(label));
@@ -155,7 +163,7 @@ static int stale_ro_view(const struct sqz_inode *in, const struct stat *bst)
 }
 
 int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
-                            const struct stat *bst, enum sqz_kind *kind,
+                            struct stat *bst, enum sqz_kind *kind,
                             uint64_t *len)
 {
     SQZ_ASSERT_HELD(&in->io);
@@ -196,21 +204,8 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
         dirty = sqz_file_dirty(in->sf);
     SQZ_RWUNLOCK(&in->io);
 
-    if (kind == SQZ_K_PLAIN) {
-        /* A torn creation was just reset to an empty file (torn_creation):
-         * the figures taken before it are stale, and a size kept from them
-         * would make the kernel fill the missing bytes with zeros. */
-        if (len == 0 && st->st_size > 0) {
-            struct stat again;
-            if (sqz_backing_stat(in, &again) == 0 && S_ISREG(again.st_mode)) {
-                *st = again;
-            } else {
-                st->st_size = 0;
-                st->st_blocks = 0;
-            }
-        }
+    if (kind == SQZ_K_PLAIN)
         return;
-    }
     st->st_size = (off_t)len;
     if (len > 0 && st->st_blocks == 0)
         st->st_blocks = 8;

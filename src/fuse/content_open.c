@@ -303,8 +303,6 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     enum sqz_kind kind;
     uint64_t len;
     rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
-    if (rc == 0 && kind == SQZ_K_PLAIN && len == 0 && bst.st_size != 0)
-        rc = sqz_backing_stat(in, &bst); /* a torn creation was reset */
     if (rc)
         goto out;
     int changed = 0;

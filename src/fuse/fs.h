@@ -271,9 +271,11 @@ uint64_t sqz_content_stash_hits(void); /* opens that took one (stats) */
 size_t sqz_inode_count(struct sqz_fs *fs); /* inodes in the table now */
 
 int sqz_content_handles_open(const struct sqz_inode *in);
-/* io held (shared or exclusive): kind and logical length. */
+/* io held (shared or exclusive): kind and logical length. *bst is the
+ * backing stat the caller took; it is taken anew when the probe reset a
+ * torn creation to an empty file (content_kind.c). */
 int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
-                            const struct stat *bst, enum sqz_kind *kind,
+                            struct stat *bst, enum sqz_kind *kind,
                             uint64_t *len);
 
 /* ---- content_open.c: open handles ---- */
