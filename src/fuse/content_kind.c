@@ -122,7 +122,7 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
         if (rc == 0) {
             *kind = SQZ_K_CONTAINER;
             *len = sqz_ctr_length(c);
-            sqz_content_stash_put(in, c, &ok);
+            sqz_inode_stash_put(in, c, &ok);
         } else if (rc == -EBADMSG) {
             *kind = SQZ_K_DAMAGED;
             *len = have_marked ? marked : (uint64_t)bst->st_size;

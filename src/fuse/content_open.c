@@ -36,19 +36,15 @@ void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s, sqz_params *p)
 static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
                     sqz_ctr **out)
 {
-    struct stat kst;
     if (!want_write) {
-        if (fstat(in->fd, &kst) == 0) {
-            struct sqz_bkey now;
-            sqz_bkey_of(&kst, &now);
-            *out = sqz_content_stash_take(in, &now);
-            if (*out) {
-                in->sf_key = now;
-                return 0;
-            }
+        struct sqz_bkey key;
+        *out = sqz_inode_stash_take(in, &key);
+        if (*out) {
+            in->sf_key = key;
+            return 0;
         }
     } else {
-        sqz_content_stash_drop(in);
+        sqz_inode_stash_drop(in);
     }
     char label[PATH_MAX];
     sqz_inode_label(fs, in, label, sizeof(label));
@@ -58,6 +54,7 @@ static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
         return fd;
     /* the version this view shows: taken before the replay reads it (a
      * change after this is seen again at the next open) */
+    struct stat kst;
     if (fstat(fd, &kst) == 0)
         sqz_bkey_of(&kst, &in->sf_key);
     else

@@ -99,7 +99,7 @@ struct sqz_inode {
     uint64_t probe_len;  /* logical length (CONTAINER) */
     sqz_ctr *stash;      /* the read-only container the last probe opened,
                             kept for the open that usually follows a
-                            lookup (content_kind.c); NULL if none */
+                            lookup (inode.c); NULL if none */
     struct sqz_bkey stash_key; /* backing version stash was opened at */
     int kc_valid;        /* keep_cache: key recorded at last open/release */
     struct sqz_bkey kc_key;
@@ -261,13 +261,14 @@ int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
 void sqz_content_invalidate(struct sqz_inode *in);
 /* inode.c: the container a probe opened (read-only), kept for the next
  * open. put: the probe hands it over (closed if too many are kept); take:
- * the caller owns it if the backing file is still at *key's version (else
- * NULL); drop: close it (a writable open, a rekey, the inode's teardown). */
-void sqz_content_stash_put(struct sqz_inode *in, sqz_ctr *c,
+ * the caller owns it, and *key is its version, if the backing file is
+ * still at that version (else NULL); drop: close it (a writable open, a
+ * rekey, the inode's teardown). */
+void sqz_inode_stash_put(struct sqz_inode *in, sqz_ctr *c,
                            const struct sqz_bkey *key);
-sqz_ctr *sqz_content_stash_take(struct sqz_inode *in, const struct sqz_bkey *key);
-void sqz_content_stash_drop(struct sqz_inode *in);
-uint64_t sqz_content_stash_hits(void); /* opens that took one (stats) */
+sqz_ctr *sqz_inode_stash_take(struct sqz_inode *in, struct sqz_bkey *key);
+void sqz_inode_stash_drop(struct sqz_inode *in);
+uint64_t sqz_inode_stash_hits(void); /* opens that took one (stats) */
 size_t sqz_inode_count(struct sqz_fs *fs); /* inodes in the table now */
 
 int sqz_content_handles_open(const struct sqz_inode *in);

@@ -84,7 +84,7 @@ int sqz_bkey_eq(const struct sqz_bkey *a, const struct sqz_bkey *b)
 static atomic_int g_stashed;
 static atomic_uint_fast64_t g_stash_hits;
 
-void sqz_content_stash_put(struct sqz_inode *in, sqz_ctr *c,
+void sqz_inode_stash_put(struct sqz_inode *in, sqz_ctr *c,
                            const struct sqz_bkey *key)
 {
     sqz_ctr *old = NULL;
@@ -108,42 +108,54 @@ void sqz_content_stash_put(struct sqz_inode *in, sqz_ctr *c,
         sqz_ctr_close(old);
 }
 
-sqz_ctr *sqz_content_stash_take(struct sqz_inode *in, const struct sqz_bkey *key)
+/* Take the stash out of the inode (caller owns it), with its key. */
+static sqz_ctr *stash_grab(struct sqz_inode *in, struct sqz_bkey *key)
 {
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     sqz_ctr *c = in->stash;
-    int same = c && sqz_bkey_eq(key, &in->stash_key);
     if (c) {
+        *key = in->stash_key;
         in->stash = NULL;
         atomic_fetch_sub(&g_stashed, 1);
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
-    if (c && !same) {
-        sqz_ctr_close(c); /* the file changed since: read it anew */
-        c = NULL;
-    }
-    if (c)
-        atomic_fetch_add(&g_stash_hits, 1);
     return c;
 }
 
-uint64_t sqz_content_stash_hits(void)
+sqz_ctr *sqz_inode_stash_take(struct sqz_inode *in, struct sqz_bkey *key)
+{
+    sqz_ctr *c = stash_grab(in, key);
+    if (!c)
+        return NULL; /* the common case past the limit: no fstat */
+    struct stat st;
+    struct sqz_bkey now;
+    if (fstat(in->fd, &st) == 0) {
+        sqz_bkey_of(&st, &now);
+        if (sqz_bkey_eq(&now, key)) {
+            atomic_fetch_add(&g_stash_hits, 1);
+            return c;
+        }
+    }
+    sqz_ctr_close(c); /* the file changed since: read it anew */
+    return NULL;
+}
+
+uint64_t sqz_inode_stash_hits(void)
 {
     return (uint64_t)atomic_load(&g_stash_hits);
 }
 
-void sqz_content_stash_drop(struct sqz_inode *in)
+void sqz_inode_stash_drop(struct sqz_inode *in)
 {
-    struct sqz_bkey none;
-    memset(&none, 0, sizeof(none));
-    sqz_ctr *c = sqz_content_stash_take(in, &none);
+    struct sqz_bkey key;
+    sqz_ctr *c = stash_grab(in, &key);
     if (c)
         sqz_ctr_close(c);
 }
 
 static void inode_destroy(struct sqz_inode *in)
 {
-    sqz_content_stash_drop(in);
+    sqz_inode_stash_drop(in);
     if (in->fd >= 0)
         close(in->fd);
     pthread_rwlock_destroy(&in->io);
@@ -446,7 +458,7 @@ void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
                      ino_t ino)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    sqz_content_stash_drop(in); /* of the replaced backing file */
+    sqz_inode_stash_drop(in); /* of the replaced backing file */
     SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     table_remove(fs, in);
     in->dev = dev;

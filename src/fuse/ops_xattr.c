@@ -84,7 +84,7 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         (uint64_t)atomic_load(&fs->push_blocks),
         (uint64_t)atomic_load(&fs->push_bytes),
         (uint64_t)atomic_load(&fs->push_skipped),
-        sqz_content_stash_hits(),
+        sqz_inode_stash_hits(),
         atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active(),
         fs->opts.writeback, tier);
 }
