@@ -1,0 +1,111 @@
+/* squeezefs packed files (docs/FORMAT.md, "Packed files").
+ *
+ * A small file can be stored packed: its backing file is empty (0 bytes,
+ * no data block) and carries the xattr SQZ_PACK_XATTR, a pointer to one
+ * entry of a pack file in the same directory. A pack file
+ * (SQZ_PACK_PREFIX + 16 hex digits) holds the stored bytes of many small
+ * files, each entry checksummed and tagged with the pack's id. Packs are
+ * append-only: an entry is never rewritten in place, so a reader that
+ * follows a pointer gets the bytes that pointer was written for, or an
+ * error (never other bytes). A pointer counts only on a 0-byte backing
+ * file: a backing file with bytes is a container or a plain file, whatever
+ * xattrs it carries.
+ *
+ * The pointer is written only after the entry it points to is durable, so
+ * a pointer that does not match its entry is damage (EIO), never a torn
+ * write. Usable without FUSE; errors are negative errno values. */
+#ifndef SQUEEZEFS_PACK_H
+#define SQUEEZEFS_PACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "squeezefs/container.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SQZ_PACK_XATTR "user.squeezefs.packed"
+#define SQZ_PACK_PREFIX ".sqz-tmp.pack."
+#define SQZ_PACK_NAME_MAX 40
+#define SQZ_PACK_PTR_SIZE 48u
+#define SQZ_PACK_HDR_SIZE 64u
+#define SQZ_PACK_ENTRY_HDR 48u
+/* Files of at most this logical length (and of one block) are packed. */
+#define SQZ_PACK_MAX_LENGTH 65536u
+/* A pack is closed for appends at this size; the next one is started. */
+#define SQZ_PACK_MAX_SIZE (8u << 20)
+
+typedef struct sqz_pack_ptr {
+    uint64_t pack_id;     /* the pack's id (its name) */
+    uint64_t off;         /* the entry's offset in the pack */
+    uint64_t length;      /* logical length of the file */
+    uint32_t stored_len;  /* stored bytes of the entry */
+    uint32_t crc;         /* checksum of the stored bytes */
+    uint8_t kind;         /* 1 compressed, 2 raw */
+    sqz_params params;    /* the policy the file was written with */
+} sqz_pack_ptr;
+
+void sqz_pack_ptr_encode(const sqz_pack_ptr *p, uint8_t out[SQZ_PACK_PTR_SIZE]);
+/* 0, or -EBADMSG with the reason in err (damaged or unknown). */
+int sqz_pack_ptr_decode(const void *in, size_t n, sqz_pack_ptr *p, char *err,
+                        size_t errlen);
+/* The pointer of the file at path (no symlink followed): 1 packed (*p
+ * filled), 0 no pointer, -EBADMSG a damaged pointer (reason in err),
+ * -ENOTSUP / other -errno. Does not look at the file's size. */
+int sqz_pack_ptr_get(const char *path, sqz_pack_ptr *p, char *err,
+                     size_t errlen);
+/* Set the pointer on an open descriptor (not O_PATH). 0 or -errno. */
+int sqz_pack_ptr_set(int fd, const sqz_pack_ptr *p);
+
+/* The pack's file name (SQZ_PACK_PREFIX + 16 hex digits). */
+void sqz_pack_name(uint64_t pack_id, char out[SQZ_PACK_NAME_MAX]);
+/* 1 if name is a pack's name (and *id its id), else 0. */
+int sqz_pack_name_parse(const char *name, uint64_t *id);
+
+/* Read and check the entry p points to, in the pack of directory dirfd,
+ * into buf (p->length bytes). 0; -EIO with the reason in err when the
+ * pack is missing or the entry damaged or not the one p points to;
+ * -ENOMEM. */
+int sqz_pack_read(int dirfd, const sqz_pack_ptr *p, void *buf, char *err,
+                  size_t errlen);
+/* The same for the file at path: reads its pointer and its pack. 1 read
+ * (*p filled, *buf malloc'd, p->length bytes; free it), 0 not packed (a
+ * backing file with bytes, or no pointer), or a negative errno (-EIO or
+ * -EBADMSG: damaged, reason in err). */
+int sqz_pack_load_path(const char *path, sqz_pack_ptr *p, void **buf,
+                       char *err, size_t errlen);
+
+/* Appending to a pack (one writer per directory). */
+typedef struct sqz_pack_writer {
+    int dirfd;     /* not owned */
+    int fd;        /* the pack, O_RDWR; -1 when none is open */
+    uint64_t id;
+    uint64_t end;  /* append position */
+    int dirty;     /* appended since the last flush */
+} sqz_pack_writer;
+
+/* Start a new pack in dirfd (a fresh random id, O_EXCL). 0 or -errno. */
+int sqz_pack_writer_open(sqz_pack_writer *w, int dirfd);
+/* Compress data (len bytes, at most one block of p and at most
+ * SQZ_PACK_MAX_LENGTH) with p and append it; *out receives the pointer.
+ * Not durable until sqz_pack_writer_flush. 0 or -errno (-EFBIG: the pack
+ * is full, start another). */
+int sqz_pack_append(sqz_pack_writer *w, const sqz_params *p, const void *data,
+                    size_t len, sqz_pack_ptr *out);
+/* fdatasync the pack if something was appended. 0 or -errno. */
+int sqz_pack_writer_flush(sqz_pack_writer *w);
+/* Close the pack (no flush). */
+void sqz_pack_writer_close(sqz_pack_writer *w);
+
+/* Check a whole pack file: header, every entry's header and checksum.
+ * Returns the number of entries found, or -EBADMSG (reason in err) at the
+ * first damage; *end receives where the checked entries end. */
+long sqz_pack_check(int fd, uint64_t *id, uint64_t *end, char *err,
+                    size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
