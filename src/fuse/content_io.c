@@ -55,6 +55,12 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
         } else {
             r = sqz_file_read(in->sf, buf, n, off);
         }
+    } else if (in->kind == SQZ_K_PACKED && in->pbuf) {
+        r = 0;
+        if (off < in->pbuf_len) {
+            r = (ssize_t)(in->pbuf_len - off < n ? in->pbuf_len - off : n);
+            memcpy(buf, (const char *)in->pbuf + off, (size_t)r);
+        }
     } else if (in->kind == SQZ_K_PENDING)
         r = 0;
     else if (in->kind == SQZ_K_PLAIN && fs->opts.ro)
@@ -225,6 +231,20 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
     uint64_t len = 0;
     if (rc == 0)
         rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (rc == 0 && kind == SQZ_K_PACKED) {
+        if (size == 0 && !sqz_content_handles_open(in)) {
+            int fd = sqz_inode_reopen(in, O_WRONLY);
+            rc = fd < 0 ? fd : sqz_content_drop_pointer(fd);
+            if (fd >= 0)
+                close(fd);
+            kind = SQZ_K_PLAIN; /* emptied below like any empty file */
+        } else {
+            rc = sqz_content_unpack_locked(fs, in);
+        }
+        if (rc == 0 && kind == SQZ_K_PACKED &&
+            (rc = sqz_backing_stat(in, &bst)) == 0)
+            rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    }
     if (rc)
         goto out;
     switch (kind) {
@@ -261,6 +281,8 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
         }
         if (ftruncate(fd, (off_t)size) != 0)
             rc = -errno;
+        if (rc == 0 && size == 0)
+            rc = sqz_content_drop_pointer(fd);
         close(fd);
         sqz_content_invalidate(in);
         /* An emptied plain file nobody holds open becomes a container. */

@@ -48,7 +48,6 @@ static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
     close(fd);
     sqz_logf(SQZ_LOG_WARN, "%s: creation torn by a crash before it was synced: "
              "reset to an empty file", label);
-    *kind = SQZ_K_PLAIN;
     struct stat again;
     if (sqz_backing_stat(in, &again) == 0 && S_ISREG(again.st_mode)) {
         *bst = again;
@@ -56,7 +55,8 @@ static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
         bst->st_size = 0;
         bst->st_blocks = 0;
     }
-    return 0;
+    /* the unpacking of a packed file torn: the packed content again */
+    return sqz_content_probe_empty(fs, in, kind, len);
 }
 
 /* Kind and logical length of a regular file that has no open handle
@@ -65,11 +65,10 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
                  struct stat *bst, enum sqz_kind *kind, uint64_t *len)
 {
     SQZ_ASSERT_HELD(&in->io);
-    if (bst->st_size == 0) { /* always an empty file, whatever was cached */
-        *kind = SQZ_K_PLAIN;
-        *len = 0;
-        return 0;
-    }
+    if (bst->st_size == 0) /* an empty file or a packed one (its pointer
+                              is read every time: cheap, and no cache can
+                              be stale) */
+        return sqz_content_probe_empty(fs, in, kind, len);
     struct sqz_bkey k;
     sqz_bkey_of(bst, &k);
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
@@ -180,6 +179,8 @@ int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
         *kind = in->kind;
         if (in->kind == SQZ_K_CONTAINER && in->sf)
             *len = sqz_file_length(in->sf);
+        else if (in->kind == SQZ_K_PACKED)
+            *len = in->pbuf_len;
         else if (in->kind == SQZ_K_PENDING)
             *len = 0;
         else
@@ -207,6 +208,11 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
     if (kind == SQZ_K_PLAIN)
         return;
     st->st_size = (off_t)len;
+    if (kind == SQZ_K_PACKED) {
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        st->st_blocks = (blkcnt_t)((in->probe_stored + 511u) / 512u);
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
     if (len > 0 && st->st_blocks == 0)
         st->st_blocks = 8;
     if (dirty) {

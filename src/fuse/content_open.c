@@ -304,6 +304,26 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         goto out;
     int changed = 0;
 
+    /* A packed file is read-only content: a writer makes it a container
+     * first, unless it empties it anyway and nobody reads it. */
+    if (kind == SQZ_K_PACKED && writable) {
+        if ((flags & O_TRUNC) && !sqz_content_handles_open(in)) {
+            int fd = sqz_inode_reopen(in, O_WRONLY);
+            rc = fd < 0 ? fd : sqz_content_drop_pointer(fd);
+            if (fd >= 0)
+                close(fd);
+        } else {
+            rc = sqz_content_unpack_locked(fs, in);
+        }
+        if (rc == 0)
+            rc = sqz_backing_stat(in, &bst);
+        if (rc == 0)
+            rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+        if (rc)
+            goto out;
+        changed = 1;
+    }
+
     if ((flags & O_TRUNC) && writable) {
         if (kind == SQZ_K_CONTAINER) {
             if (len > 0) {
@@ -322,7 +342,12 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
                     rc = fd;
                     goto out;
                 }
+                /* a pointer left on a damaged unpacking must not bring
+                 * the packed content back */
+                rc = sqz_content_drop_pointer(fd);
                 close(fd);
+                if (rc)
+                    goto out;
                 changed = 1;
             }
             kind = SQZ_K_PLAIN;
@@ -374,6 +399,12 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         break;
     case SQZ_K_PENDING:
         h->direct = fs->opts.ro; /* a creation in flight (content_kind.c) */
+        in->sf_users++;
+        break;
+    case SQZ_K_PACKED:
+        rc = sqz_content_packed_load_locked(fs, in);
+        if (rc)
+            goto out;
         in->sf_users++;
         break;
     default:
@@ -564,6 +595,7 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
         }
     }
     if (!sqz_content_handles_open(in)) {
+        sqz_content_packed_free_locked(in);
         in->kind = SQZ_K_UNKNOWN;
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
         in->wtime_set = 0;

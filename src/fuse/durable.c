@@ -167,7 +167,10 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
         if (first == 0)
             first = flushed;
     }
-    /* 3: mark, put the times back, close (unless a reopen took it back) */
+    /* 3: mark, put the times back, close (unless a reopen took it back);
+     * small files are read for packing (pack_job.c) */
+    struct sqz_pack_cand **pc = calloc(m ? m : 1, sizeof(*pc));
+    size_t npc = 0;
     for (size_t i = 0; i < m; i++) {
         struct entry *x = &e[i];
         struct sqz_inode *in = x->in;
@@ -187,6 +190,9 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
         }
         if (r == 0) {
             in->dctr = NULL;
+            if (pc && sqz_pack_candidate_locked(fs, in, x->c, &pc[npc]) == 0 &&
+                pc[npc])
+                npc++;
             int rc = sqz_ctr_close(x->c);
             if (rc < 0 && first == 0)
                 first = rc;
@@ -216,6 +222,11 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
         SQZ_RWUNLOCK(&in->io);
     }
     free(e);
+    /* 4: pack the small ones (the batch still holds their references) */
+    sqz_pack_run(fs, pc, npc);
+    for (size_t i = 0; i < npc; i++)
+        sqz_pack_cand_free(pc[i]);
+    free(pc);
     return first;
 }
 

@@ -52,6 +52,8 @@ enum sqz_kind {
     SQZ_K_DAMAGED,     /* looks like a container but cannot be opened */
     SQZ_K_PENDING,     /* auto policy: 0-byte backing file, container created
                           at the first write (open handles only) */
+    SQZ_K_PACKED,      /* 0-byte backing file with a pack pointer: read-only
+                          (content_pack.c); a writer unpacks it first */
 };
 
 /* What identifies a backing file's content version (for caches). */
@@ -86,6 +88,8 @@ struct sqz_inode {
     uint64_t dgen;       /* bumped whenever dctr is set */
     int dq_queued;       /* in the durable queue (holds an open ref) */
     unsigned writers;    /* open handles that may write (tiering skips) */
+    void *pbuf;          /* PACKED with handles open: the content */
+    uint64_t pbuf_len;
     /* atomic */
     atomic_uint_fast64_t wgen; /* bumped by every change of the content
                                   through the mount and every open for
@@ -96,7 +100,8 @@ struct sqz_inode {
     int probe_valid;
     struct sqz_bkey probe_key;
     enum sqz_kind probe_kind;
-    uint64_t probe_len;  /* logical length (CONTAINER) */
+    uint64_t probe_len;  /* logical length (CONTAINER, PACKED) */
+    uint32_t probe_stored; /* PACKED: stored bytes (st_blocks) */
     sqz_ctr *stash;      /* the read-only container the last probe opened,
                             kept for the open that usually follows a
                             lookup (inode.c); NULL if none */
@@ -157,6 +162,7 @@ struct sqz_fs {
     pthread_mutex_t readahead_mu; /* serialises that first attempt */
 
     struct sqz_durable *durable; /* durable.c; NULL before start */
+    struct sqz_packer *packer;  /* pack_job.c (durable thread only) */
     int wlock_fd;               /* wlock.c: the writer lock (-1: none) */
     struct fuse_session *se;    /* for kernel cache invalidation */
     struct sqz_reval *reval;    /* revalidate.c; NULL if not running */
@@ -352,6 +358,38 @@ void sqz_durable_stats(struct sqz_fs *fs, uint64_t *queued, uint64_t *marked,
  * changed since the view was opened (*changed = 1 then). */
 int sqz_content_refresh_view_locked(struct sqz_fs *fs, struct sqz_inode *in,
                                     const struct stat *bst, int *changed);
+/* ---- content_pack.c: packed files (docs/FORMAT.md "Packed files") ---- */
+struct sqz_pack_ptr;
+/* The pack pointer of in's backing file: 1 (*p), 0 none, -EBADMSG damaged
+ * (reason in err), -errno. */
+int sqz_pack_ptr_of(struct sqz_inode *in, struct sqz_pack_ptr *p, char *err,
+                    size_t errlen);
+/* Kind of a 0-byte backing file: PLAIN (empty), PACKED (*len its length)
+ * or DAMAGED (a damaged pointer, logged). Caller holds io. */
+int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,
+                            enum sqz_kind *kind, uint64_t *len);
+/* Load in->pbuf (io exclusive). 0, -EIO (damaged, logged), -ENODATA. */
+int sqz_content_packed_load_locked(struct sqz_fs *fs, struct sqz_inode *in);
+void sqz_content_packed_free_locked(struct sqz_inode *in);
+/* Remove the pack pointer from an open backing fd (0 if there was none). */
+int sqz_content_drop_pointer(int fd);
+/* Make a packed file a container again (written, synced, then the
+ * pointer removed); a no-op for other kinds. io exclusive / takes io. */
+int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in);
+int sqz_content_unpack(struct sqz_fs *fs, struct sqz_inode *in);
+
+/* ---- pack_job.c: packing small closed files (durable thread) ---- */
+struct sqz_pack_cand;
+int sqz_packer_init(struct sqz_fs *fs);
+void sqz_packer_free(struct sqz_fs *fs);
+void sqz_packer_stats(struct sqz_fs *fs, uint64_t *packed, uint64_t *failed);
+/* io exclusive, after c's durable mark: *out a candidate (or NULL). */
+int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                              sqz_ctr *c, struct sqz_pack_cand **out);
+/* Pack the candidates (takes each one's io in turn; no lock held). */
+void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n);
+void sqz_pack_cand_free(struct sqz_pack_cand *x);
+
 /* Read-only mounts with revalidate=N: a thread that refreshes the views of
  * open files every N seconds and drops the kernel's cached pages of the
  * changed ones. */

@@ -316,6 +316,8 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     struct sqz_inode *p = sqz_inode_of(fs, newparent);
     int e = check_new_name(fs, newname);
+    if (e == 0 && in->type == S_IFREG && !fs->opts.ro)
+        e = -sqz_content_unpack(fs, in); /* a second name: not packed */
     if (e) {
         fuse_reply_err(req, e);
         return;
@@ -338,6 +340,63 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
     reply_new_entry(req, fs, p, newname);
 }
 
+/* A packed file leaving its directory (by rename or a new link elsewhere;
+ * its pack stays behind): make it a container first. */
+static int unpack_name(struct sqz_fs *fs, struct sqz_inode *dir,
+                       const char *name)
+{
+    struct stat st;
+    if (fs->opts.ro ||
+        fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode) || st.st_size != 0)
+        return 0;
+    struct sqz_inode *in;
+    int rc = sqz_inode_lookup(fs, dir, name, &st, &in);
+    if (rc)
+        return rc == -ENOENT ? 0 : rc;
+    rc = sqz_content_unpack(fs, in);
+    sqz_inode_forget(fs, in, 1);
+    return rc;
+}
+
+/* rmdir of a directory that holds nothing but hidden names (packs, and
+ * temporaries nothing can use any more): remove them. 0 if it held
+ * nothing else, else -ENOTEMPTY. */
+static int clear_hidden(struct sqz_inode *p, const char *name)
+{
+    int dfd = openat(p->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return -errno;
+    int d2 = dup(dfd);
+    DIR *dp = d2 >= 0 ? fdopendir(d2) : NULL;
+    if (!dp) {
+        if (d2 >= 0)
+            close(d2);
+        close(dfd);
+        return -ENOTEMPTY;
+    }
+    int rc = 0;
+    struct dirent *de;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) { /* check, then remove */
+        rewinddir(dp);
+        while ((de = readdir(dp)) != NULL) {
+            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+                continue;
+            if (!sqz_name_hidden(de->d_name) || de->d_type == DT_DIR) {
+                rc = -ENOTEMPTY;
+                break;
+            }
+            if (pass == 1 && unlinkat(dfd, de->d_name, 0) != 0 && errno != ENOENT) {
+                rc = -errno;
+                break;
+            }
+        }
+    }
+    closedir(dp);
+    close(dfd);
+    return rc;
+}
+
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
@@ -353,8 +412,11 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
     int e = sqz_name_errno(name, ENOENT);
-    if (e == 0 && unlinkat(p->fd, name, AT_REMOVEDIR) != 0)
+    if (e == 0 && unlinkat(p->fd, name, AT_REMOVEDIR) != 0) {
         e = errno;
+        if ((e == ENOTEMPTY || e == EEXIST) && clear_hidden(p, name) == 0)
+            e = unlinkat(p->fd, name, AT_REMOVEDIR) != 0 ? errno : 0;
+    }
     fuse_reply_err(req, e);
 }
 
@@ -375,6 +437,15 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
     if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
         fuse_reply_err(req, EINVAL);
         return;
+    }
+    if (p != np) {
+        int rc = unpack_name(fs, p, name);
+        if (rc == 0 && (flags & RENAME_EXCHANGE))
+            rc = unpack_name(fs, np, newname);
+        if (rc) {
+            fuse_reply_err(req, -rc);
+            return;
+        }
     }
     if (renameat2(p->fd, name, np->fd, newname, flags) != 0)
         fuse_reply_err(req, errno);

@@ -12,6 +12,7 @@
  * And the ioctl SQZ_IOC_TIER: user.squeezefs.tier's "tier it now" on an
  * open descriptor. */
 #include "fuse/fs.h"
+#include "squeezefs/pack.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -33,9 +34,11 @@ static void reply_value(fuse_req_t req, size_t size, const char *val,
         fuse_reply_buf(req, val, len);
 }
 
+/* user.* names, except the pack pointer (docs/FORMAT.md "Packed files"):
+ * the daemon's own, never shown, set or removed through the mount. */
 static int is_user_ns(const char *name)
 {
-    return strncmp(name, "user.", 5) == 0;
+    return strncmp(name, "user.", 5) == 0 && strcmp(name, SQZ_PACK_XATTR) != 0;
 }
 
 static int is_virtual(const char *name)

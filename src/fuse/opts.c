@@ -25,6 +25,7 @@ void sqz_mount_opts_init(struct sqz_mount_opts *o)
     o->min_saving = SQZ_MIN_SAVING_DEFAULT;
     o->tier_rate = SQZ_DEFAULT_TIER_RATE;
     o->writeback = 1; /* the kernel writeback cache; never with ro */
+    o->pack = 1;      /* small closed files are packed */
 }
 
 void sqz_mount_opts_free(struct sqz_mount_opts *o)
@@ -335,6 +336,10 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
     if (!has_val && (strcmp(key, "nowriteback") == 0 ||
                      strcmp(key, "no_writeback_cache") == 0)) {
         o->writeback = 0;
+        return 0;
+    }
+    if (!has_val && (strcmp(key, "pack") == 0 || strcmp(key, "nopack") == 0)) {
+        o->pack = key[0] == 'p';
         return 0;
     }
     if (!has_val && strcmp(key, "ro") == 0) {

@@ -39,6 +39,8 @@ struct sqz_mount_opts {
     char *policy_file;      /* policy= (malloc'd) or NULL */
     int writeback;          /* kernel writeback cache: on unless nowriteback
                              * (never with ro) */
+    int pack;               /* pack small closed files into pack files
+                               (docs/FORMAT.md "Packed files"); nopack */
     int ro;                 /* -o ro */
     int allow_other;        /* -o allow_other (forces default_permissions) */
     int default_permissions;

@@ -20,6 +20,7 @@
 #include "fuse/recompress_int.h"
 #include "common/lockorder.h"
 #include "common/fullio.h"
+#include "squeezefs/pack.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -73,8 +74,8 @@ static int copy_xattrs(const char *src, int fd)
     int rc = 0;
     for (ssize_t i = 0; i < n && rc == 0; i += (ssize_t)strlen(names + i) + 1) {
         const char *name = names + i;
-        if (strncmp(name, "user.", 5) != 0)
-            continue;
+        if (strncmp(name, "user.", 5) != 0 || strcmp(name, SQZ_PACK_XATTR) == 0)
+            continue; /* a pack pointer belongs to the file it was set on */
         ssize_t vl = getxattr(src, name, NULL, 0);
         if (vl < 0) {
             rc = -errno;
@@ -207,6 +208,15 @@ void sqz_rc_temp_discard(struct sqz_rc_temp *t)
 
 int sqz_rc_temp_meta(struct sqz_inode *in, const struct stat *bst, int cfd)
 {
+    int rc = sqz_rc_temp_meta_nosync(in, bst, cfd);
+    if (rc == 0 && fsync(cfd) != 0)
+        rc = -errno;
+    return rc;
+}
+
+int sqz_rc_temp_meta_nosync(struct sqz_inode *in, const struct stat *bst,
+                            int cfd)
+{
     char pp[64];
     sqz_proc_path(in->fd, pp, sizeof(pp));
     if (fchown(cfd, bst->st_uid, bst->st_gid) != 0 ||
@@ -216,13 +226,20 @@ int sqz_rc_temp_meta(struct sqz_inode *in, const struct stat *bst, int cfd)
     if (rc)
         return rc;
     struct timespec times[2] = {bst->st_atim, bst->st_mtim};
-    if (futimens(cfd, times) != 0 || fsync(cfd) != 0)
+    if (futimens(cfd, times) != 0)
         return -errno;
     return 0;
 }
 
 int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
                           struct sqz_rc_temp *t, sqz_file *nsf)
+{
+    return sqz_rc_install_ex_locked(fs, in, t, nsf, 1);
+}
+
+int sqz_rc_install_ex_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                             struct sqz_rc_temp *t, sqz_file *nsf,
+                             int sync_dir)
 {
     SQZ_ASSERT_EXCL(&in->io);
     char label[PATH_MAX];
@@ -246,7 +263,7 @@ int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
         return rc;
     }
     t->made = 0;
-    if (fsync(t->dirfd) != 0)
+    if (sync_dir && fsync(t->dirfd) != 0)
         sqz_logf(SQZ_LOG_WARN, "%s: recompress: fsync of the directory failed: %s", label,
                  strerror(errno));
 
@@ -284,7 +301,7 @@ int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
         if (rc2)
             sqz_logf(SQZ_LOG_WARN, "%s: recompress: closing the old file: %s", label,
                      strerror(-rc2));
-    } else {
+    } else if (nsf) {
         rc = sqz_file_close(nsf);
     }
     in->kind = sqz_content_handles_open(in) ? SQZ_K_CONTAINER : SQZ_K_UNKNOWN;

@@ -25,6 +25,10 @@ void sqz_rc_temp_discard(struct sqz_rc_temp *t);
 /* Give the temporary (cfd) the original's owner, mode, user xattrs and
  * times (bst), and fsync it. */
 int sqz_rc_temp_meta(struct sqz_inode *in, const struct stat *bst, int cfd);
+/* The same without the fsync (packing: the file is empty, a crash before
+ * the rename is durable leaves the original). */
+int sqz_rc_temp_meta_nosync(struct sqz_inode *in, const struct stat *bst,
+                            int cfd);
 /* Caller holds io exclusive; the temporary is complete and synced, nsf
  * the open engine file on it (taken over in every case). Rename it over
  * the original, fsync the directory, and swap the inode over: its O_PATH
@@ -34,5 +38,11 @@ int sqz_rc_temp_meta(struct sqz_inode *in, const struct stat *bst, int cfd);
  * temporary was made, -EMLINK if it got a second link. */
 int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
                           struct sqz_rc_temp *t, sqz_file *nsf);
+/* The same; nsf may be NULL (no open file to hand over: the caller has no
+ * handles), sync_dir 0 skips the directory fsync (packing: either name
+ * state is a whole file after a crash). */
+int sqz_rc_install_ex_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                             struct sqz_rc_temp *t, sqz_file *nsf,
+                             int sync_dir);
 
 #endif

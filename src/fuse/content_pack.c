@@ -1,0 +1,251 @@
+/* Regular files, packed (docs/FORMAT.md "Packed files"): recognising a
+ * packed file (a 0-byte backing file with a pack pointer), its content for
+ * readers, unpacking it before anything writes it, and dropping the
+ * pointer when a file is emptied. Packing itself is done by the durable
+ * thread (pack_job.c). Locks: docs/LOCKING.md (io, then meta). */
+#include "fuse/content_int.h"
+#include "common/lockorder.h"
+#include "squeezefs/pack.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+int sqz_pack_ptr_of(struct sqz_inode *in, sqz_pack_ptr *p, char *err,
+                    size_t errlen)
+{
+    char pp[64];
+    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    ssize_t n = getxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
+    if (n < 0) {
+        if (errno == ENODATA || errno == ENOTSUP)
+            return 0;
+        if (errno != ERANGE)
+            return -errno;
+        n = (ssize_t)sizeof(b); /* too long: damaged */
+    }
+    int r = sqz_pack_ptr_decode(b, (size_t)n, p, err, errlen);
+    return r < 0 ? r : 1;
+}
+
+int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,
+                            enum sqz_kind *kind, uint64_t *len)
+{
+    sqz_pack_ptr p;
+    char err[160] = "";
+    *kind = SQZ_K_PLAIN;
+    *len = 0;
+    int r = sqz_pack_ptr_of(in, &p, err, sizeof(err));
+    if (r == 1) {
+        *kind = SQZ_K_PACKED;
+        *len = p.length;
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->probe_stored = p.stored_len;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    } else if (r == -EBADMSG) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", label, err);
+        *kind = SQZ_K_DAMAGED;
+    } else if (r < 0) {
+        return r;
+    }
+    return 0;
+}
+
+/* The backing directory of in (O_RDONLY|O_DIRECTORY) or -errno. */
+static int parent_dirfd(struct sqz_inode *in)
+{
+    char abs[PATH_MAX + 16];
+    int r = sqz_inode_abspath(in, abs, sizeof(abs));
+    if (r)
+        return r;
+    char *slash = strrchr(abs, '/');
+    if (!slash)
+        return -EINVAL;
+    if (slash == abs)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+/* Read the content of a packed inode (malloc'd into *buf, *p its
+ * pointer). 0, -EIO (damaged, logged), -ENODATA (not packed any more) or
+ * -errno. Caller holds io. */
+static int load(struct sqz_fs *fs, struct sqz_inode *in, sqz_pack_ptr *p,
+                void **buf)
+{
+    char err[200] = "", label[PATH_MAX];
+    *buf = NULL;
+    int r = sqz_pack_ptr_of(in, p, err, sizeof(err));
+    if (r == 0)
+        return -ENODATA;
+    if (r == 1) {
+        int dfd = parent_dirfd(in);
+        if (dfd < 0)
+            return dfd;
+        *buf = malloc(p->length);
+        if (!*buf) {
+            close(dfd);
+            return -ENOMEM;
+        }
+        r = sqz_pack_read(dfd, p, *buf, err, sizeof(err));
+        /* another mount may have moved the entry meanwhile: follow the
+         * pointer once more if it changed */
+        sqz_pack_ptr again;
+        if (r == -EIO && sqz_pack_ptr_of(in, &again, NULL, 0) == 1 &&
+            (again.pack_id != p->pack_id || again.off != p->off) &&
+            again.length <= p->length) {
+            *p = again;
+            r = sqz_pack_read(dfd, p, *buf, err, sizeof(err));
+        }
+        close(dfd);
+        if (r < 0) {
+            free(*buf);
+            *buf = NULL;
+        }
+    }
+    if (r == -EBADMSG || r == -EIO) {
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", label, err);
+        return -EIO;
+    }
+    return r < 0 ? r : 0;
+}
+
+int sqz_content_packed_load_locked(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    if (in->pbuf)
+        return 0;
+    sqz_pack_ptr p;
+    void *buf;
+    int r = load(fs, in, &p, &buf);
+    if (r == 0) {
+        in->pbuf = buf;
+        in->pbuf_len = p.length;
+    }
+    return r;
+}
+
+void sqz_content_packed_free_locked(struct sqz_inode *in)
+{
+    free(in->pbuf);
+    in->pbuf = NULL;
+    in->pbuf_len = 0;
+}
+
+int sqz_content_drop_pointer(int fd)
+{
+    if (fremovexattr(fd, SQZ_PACK_XATTR) == 0 || errno == ENODATA ||
+        errno == ENOTSUP)
+        return 0;
+    return -errno;
+}
+
+int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    if (fs->opts.ro)
+        return -EROFS;
+    sqz_pack_ptr p;
+    void *buf = NULL;
+    int r;
+    if (in->pbuf) { /* the readers' copy is the content */
+        r = sqz_pack_ptr_of(in, &p, NULL, 0);
+        if (r == 1 && p.length == in->pbuf_len) {
+            buf = malloc(p.length);
+            if (!buf)
+                return -ENOMEM;
+            memcpy(buf, in->pbuf, p.length);
+            r = 0;
+        } else {
+            r = load(fs, in, &p, &buf);
+        }
+    } else {
+        r = load(fs, in, &p, &buf);
+    }
+    if (r == -ENODATA)
+        return 0; /* nothing to unpack */
+    if (r)
+        return r;
+    char label[PATH_MAX];
+    sqz_inode_label(fs, in, label, sizeof(label));
+    int fd = sqz_inode_reopen(in, O_RDWR);
+    if (fd < 0) {
+        free(buf);
+        return fd;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || st.st_size != 0) {
+        r = st.st_size != 0 ? -ESTALE : -errno;
+        close(fd);
+        free(buf);
+        return r;
+    }
+    /* The container is written and synced before the pointer goes: a
+     * crash in between leaves a backing file with bytes (the pointer then
+     * counts for nothing) or, torn, one that the probe resets to 0 bytes
+     * (the pointer then shows the packed content again). */
+    sqz_ctr *c = NULL;
+    int cfd = dup(fd);
+    if (cfd < 0) {
+        r = -errno;
+        close(fd);
+        free(buf);
+        return r;
+    }
+    r = sqz_ctr_create_fd_lazy(cfd, &p.params, label, &c);
+    if (r == 0) {
+        ssize_t w = sqz_ctr_pwrite(c, buf, p.length, 0);
+        r = w < 0 ? (int)w : (uint64_t)w != p.length ? -EIO : 0;
+        if (r == 0)
+            r = sqz_ctr_sync(c, 0);
+        int r2 = sqz_ctr_close(c);
+        if (r == 0)
+            r = r2;
+    }
+    free(buf);
+    if (r == 0)
+        r = sqz_content_drop_pointer(fd);
+    else
+        sqz_logf(SQZ_LOG_ERR, "%s: cannot unpack for writing: %s", label, strerror(-r));
+    close(fd);
+    if (r < 0)
+        return r;
+    sqz_content_packed_free_locked(in);
+    sqz_content_invalidate(in);
+    if (sqz_content_handles_open(in)) {
+        /* readers of the packed content read the container from now on */
+        in->kind = SQZ_K_CONTAINER;
+        r = sqz_content_ensure_sf(fs, in, 0);
+    } else {
+        in->kind = SQZ_K_UNKNOWN;
+    }
+    return r;
+}
+
+int sqz_content_unpack(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    if (in->type != S_IFREG)
+        return 0;
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+    struct stat bst;
+    enum sqz_kind kind = SQZ_K_UNKNOWN;
+    uint64_t len;
+    int r = sqz_backing_stat(in, &bst);
+    if (r == 0)
+        r = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (r == 0 && kind == SQZ_K_PACKED)
+        r = sqz_content_unpack_locked(fs, in);
+    SQZ_RWUNLOCK(&in->io);
+    return r;
+}

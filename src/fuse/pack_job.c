@@ -1,0 +1,330 @@
+/* Packing small closed files (docs/FORMAT.md "Packed files"), run by the
+ * durable thread (durable.c) right after a batch got its durable marks:
+ *
+ *   1. under the file's io lock: a closed container of one block of at
+ *      most SQZ_PACK_MAX_LENGTH bytes, one link, not open, is a candidate;
+ *      its content is read;
+ *   2. without locks: every candidate is appended to the pack of its
+ *      directory (one open pack per directory, kept across batches, a new
+ *      one past SQZ_PACK_MAX_SIZE), and every pack written to is
+ *      fdatasync'ed;
+ *   3. under the file's io lock again, if nothing changed it meanwhile (no
+ *      open, no write, same backing version): a hidden temporary gets the
+ *      original's owner, mode, user xattrs and times plus the pointer, and
+ *      is renamed over the original; the inode swaps over to it
+ *      (recompress.c).
+ *
+ * A crash before the rename leaves the container; after it, the packed
+ * file, whose entry was durable before the pointer existed. Readers of
+ * other mounts that hold the old container open keep reading it (the
+ * rename leaves that inode whole). Only the durable thread appends to
+ * packs, so the pack cache needs no lock. */
+#include "fuse/fs.h"
+#include "fuse/recompress_int.h"
+#include "common/lockorder.h"
+#include "squeezefs/pack.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SQZ_PACK_OPEN_MAX 32 /* packs kept open for appends */
+
+struct open_pack {
+    dev_t dev;
+    ino_t ino;            /* the directory */
+    int dirfd;            /* owned */
+    sqz_pack_writer w;
+    uint64_t used;        /* batch number it was last used in (LRU) */
+    int touched;          /* appended to in this batch */
+};
+
+struct sqz_packer {
+    struct open_pack p[SQZ_PACK_OPEN_MAX];
+    size_t n;
+    uint64_t batch;
+    int disabled;         /* the backing file system refused the pointer */
+    /* statistics */
+    uint64_t packed, skipped, failed;
+};
+
+struct sqz_pack_cand {
+    struct sqz_inode *in;
+    void *data;
+    size_t len;
+    sqz_params params;
+    struct sqz_bkey key;  /* the backing version read */
+    uint64_t wgen;
+    sqz_pack_ptr ptr;
+    int appended;
+};
+
+int sqz_packer_init(struct sqz_fs *fs)
+{
+    fs->packer = calloc(1, sizeof(*fs->packer));
+    return fs->packer ? 0 : -ENOMEM;
+}
+
+static void drop(struct open_pack *op)
+{
+    sqz_pack_writer_close(&op->w);
+    if (op->dirfd >= 0)
+        close(op->dirfd);
+    op->dirfd = -1;
+}
+
+void sqz_packer_free(struct sqz_fs *fs)
+{
+    struct sqz_packer *pk = fs->packer;
+    if (!pk)
+        return;
+    for (size_t i = 0; i < pk->n; i++)
+        drop(&pk->p[i]);
+    free(pk);
+    fs->packer = NULL;
+}
+
+void sqz_packer_stats(struct sqz_fs *fs, uint64_t *packed, uint64_t *failed)
+{
+    *packed = fs->packer ? fs->packer->packed : 0;
+    *failed = fs->packer ? fs->packer->failed : 0;
+}
+
+int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                              sqz_ctr *c, struct sqz_pack_cand **out)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    *out = NULL;
+    struct sqz_packer *pk = fs->packer;
+    if (!pk || pk->disabled || !fs->opts.pack || fs->opts.ro ||
+        in->type != S_IFREG || sqz_content_handles_open(in) || in->sf)
+        return 0;
+    uint64_t len = sqz_ctr_length(c);
+    size_t bs = sqz_ctr_block_size(c);
+    if (len == 0 || len > SQZ_PACK_MAX_LENGTH || len > bs)
+        return 0;
+    struct stat st;
+    if (fstat(sqz_ctr_fd(c), &st) != 0 || st.st_nlink != 1 ||
+        st.st_size == 0)
+        return 0;
+    struct sqz_pack_cand *x = calloc(1, sizeof(*x));
+    if (!x)
+        return -ENOMEM;
+    x->data = malloc(len);
+    if (!x->data) {
+        free(x);
+        return -ENOMEM;
+    }
+    ssize_t got = sqz_ctr_pread(c, x->data, len, 0);
+    if (got != (ssize_t)len) {
+        free(x->data);
+        free(x);
+        return got < 0 ? (int)got : -EIO;
+    }
+    x->in = in;
+    x->len = len;
+    x->params = *sqz_ctr_params(c);
+    sqz_bkey_of(&st, &x->key);
+    x->wgen = atomic_load(&in->wgen);
+    *out = x;
+    return 0;
+}
+
+/* The open pack of the directory of x's file (started if needed). */
+static struct open_pack *pack_for(struct sqz_packer *pk, struct sqz_inode *in,
+                                  int *err)
+{
+    char abs[PATH_MAX + 16];
+    *err = sqz_inode_abspath(in, abs, sizeof(abs));
+    if (*err)
+        return NULL;
+    char *slash = strrchr(abs, '/');
+    if (!slash) {
+        *err = -EINVAL;
+        return NULL;
+    }
+    if (slash == abs)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    int dfd = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    struct stat ds;
+    if (dfd < 0 || fstat(dfd, &ds) != 0) {
+        *err = -errno;
+        if (dfd >= 0)
+            close(dfd);
+        return NULL;
+    }
+    struct open_pack *op = NULL;
+    for (size_t i = 0; i < pk->n; i++)
+        if (pk->p[i].dev == ds.st_dev && pk->p[i].ino == ds.st_ino)
+            op = &pk->p[i];
+    /* a cached pack whose directory or file is gone (removed; the
+     * directory's inode number may be a new directory's now) is dropped */
+    struct stat cs;
+    if (op && !op->touched &&
+        ((fstat(op->dirfd, &cs) == 0 && cs.st_nlink == 0) ||
+         (op->w.fd >= 0 && fstat(op->w.fd, &cs) == 0 && cs.st_nlink == 0))) {
+        drop(op);
+        op->dirfd = dfd;
+        op->w.fd = -1;
+        dfd = -1;
+    } else if (op && op->w.end >= SQZ_PACK_MAX_SIZE && !op->touched) {
+        drop(op); /* full: the next entries go to a new pack */
+        op->dirfd = dfd;
+        op->w.fd = -1;
+        dfd = -1;
+    } else if (op) {
+        close(dfd);
+        dfd = -1;
+    }
+    if (!op) {
+        if (pk->n == SQZ_PACK_OPEN_MAX) { /* evict the least recently used
+                                             one not used in this batch */
+            size_t lru = SIZE_MAX;
+            for (size_t i = 0; i < pk->n; i++)
+                if (!pk->p[i].touched &&
+                    (lru == SIZE_MAX || pk->p[i].used < pk->p[lru].used))
+                    lru = i;
+            if (lru == SIZE_MAX) {
+                close(dfd);
+                *err = -EBUSY;
+                return NULL;
+            }
+            drop(&pk->p[lru]);
+            op = &pk->p[lru];
+        } else {
+            op = &pk->p[pk->n++];
+        }
+        memset(op, 0, sizeof(*op));
+        op->dev = ds.st_dev;
+        op->ino = ds.st_ino;
+        op->dirfd = dfd;
+        op->w.fd = -1;
+    }
+    if (op->w.fd < 0) {
+        *err = sqz_pack_writer_open(&op->w, op->dirfd);
+        if (*err) {
+            drop(op);
+            *op = pk->p[--pk->n];
+            return NULL;
+        }
+    }
+    op->used = pk->batch;
+    return op;
+}
+
+/* Step 3 for one candidate. io exclusive. */
+static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
+{
+    struct sqz_inode *in = x->in;
+    SQZ_ASSERT_EXCL(&in->io);
+    struct stat bst;
+    int rc = sqz_backing_stat(in, &bst);
+    if (rc)
+        return rc;
+    struct sqz_bkey now;
+    sqz_bkey_of(&bst, &now);
+    if (sqz_content_handles_open(in) || in->sf || in->dctr ||
+        atomic_load(&in->wgen) != x->wgen || !sqz_bkey_eq(&now, &x->key) ||
+        bst.st_nlink != 1)
+        return -EBUSY; /* changed meanwhile: stays a container */
+    struct sqz_rc_temp t;
+    int tfd = sqz_rc_temp_create(in, &bst, &t);
+    if (tfd < 0) {
+        sqz_rc_temp_discard(&t);
+        return tfd;
+    }
+    rc = sqz_pack_ptr_set(tfd, &x->ptr);
+    if (rc == 0)
+        rc = sqz_rc_temp_meta_nosync(in, &bst, tfd);
+    close(tfd);
+    if (rc == 0)
+        rc = sqz_rc_install_ex_locked(fs, in, &t, NULL, 0);
+    sqz_rc_temp_discard(&t);
+    return rc;
+}
+
+void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
+{
+    struct sqz_packer *pk = fs->packer;
+    if (!pk || n == 0)
+        return;
+    pk->batch++;
+    for (size_t i = 0; i < pk->n; i++)
+        pk->p[i].touched = 0;
+    /* 2: append, then make every pack written to durable */
+    for (size_t i = 0; i < n; i++) {
+        struct sqz_pack_cand *x = v[i];
+        int err = 0;
+        struct open_pack *op = pack_for(pk, x->in, &err);
+        if (op) {
+            err = sqz_pack_append(&op->w, &x->params, x->data, x->len, &x->ptr);
+            if (err == 0) {
+                x->appended = 1;
+                op->touched = 1;
+            }
+        }
+        if (err && err != -ENOENT) {
+            char label[PATH_MAX];
+            sqz_inode_label(fs, x->in, label, sizeof(label));
+            sqz_logf(SQZ_LOG_WARN, "%s: not packed: %s (stays a container)", label,
+                     strerror(-err));
+            pk->failed++;
+        }
+    }
+    for (size_t i = 0; i < pk->n; i++) {
+        if (!pk->p[i].touched)
+            continue;
+        int err = sqz_pack_writer_flush(&pk->p[i].w);
+        if (err) {
+            sqz_logf(SQZ_LOG_WARN, "squeezefs: flushing a pack failed: %s (its "
+                     "files stay containers)", strerror(-err));
+            for (size_t j = 0; j < n; j++)
+                if (v[j]->appended && v[j]->ptr.pack_id == pk->p[i].w.id)
+                    v[j]->appended = 0;
+            pk->p[i].w.end = SQZ_PACK_MAX_SIZE; /* never appended to again */
+            pk->p[i].touched = 0;
+            pk->failed++;
+        }
+    }
+    /* 3: point each file at its durable entry */
+    for (size_t i = 0; i < n; i++) {
+        struct sqz_pack_cand *x = v[i];
+        if (!x->appended)
+            continue;
+        SQZ_WRLOCK(&x->in->io, SQZ_RANK_IO);
+        int rc = install_locked(fs, x);
+        SQZ_RWUNLOCK(&x->in->io);
+        if (rc == 0) {
+            pk->packed++;
+        } else if (rc == -EBUSY || rc == -ESTALE || rc == -EMLINK) {
+            pk->skipped++;
+        } else {
+            if (rc == -ENOTSUP || rc == -EOPNOTSUPP) {
+                pk->disabled = 1;
+                sqz_logf(SQZ_LOG_WARN, "squeezefs: the backing file system has no "
+                         "user xattrs: small files are not packed");
+            } else {
+                char label[PATH_MAX];
+                sqz_inode_label(fs, x->in, label, sizeof(label));
+                sqz_logf(SQZ_LOG_WARN, "%s: not packed: %s (stays a container)",
+                         label, strerror(-rc));
+            }
+            pk->failed++;
+        }
+    }
+}
+
+void sqz_pack_cand_free(struct sqz_pack_cand *x)
+{
+    if (!x)
+        return;
+    free(x->data);
+    free(x);
+}
