@@ -74,6 +74,8 @@ struct sqz_ctr_stat {
     uint64_t compressed_bytes; /* sum of stored bytes of live blocks */
     uint64_t dead_bytes;       /* stored bytes no longer referenced */
     uint32_t format_version;   /* docs/FORMAT.md: 1 (log at 4096) or 2 */
+    uint64_t packed_bytes;     /* a packed file (include/squeezefs/pack.h):
+                                  the bytes of its pack entry; 0 otherwise */
 };
 
 /* Log levels of sqz_logf and of the sink's level argument. */

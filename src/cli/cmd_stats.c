@@ -14,6 +14,7 @@ static const char *const keys[] = {
     "blocks_compressed", "bytes_compressed", "raw_blocks_stored",
     "cache_hits", "cache_misses", "cache_bytes", "dirty_bytes",
     "pushed_blocks", "pushed_bytes", "push_skipped", "opens_from_lookup",
+    "files_packed", "pack_failures", "packs_removed", "pack_entries_moved",
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -238,6 +238,8 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
             if (fd >= 0)
                 close(fd);
             kind = SQZ_K_PLAIN; /* emptied below like any empty file */
+            if (rc == 0)
+                sqz_content_note_unpacked(fs, in);
         } else {
             rc = sqz_content_unpack_locked(fs, in);
         }
@@ -339,6 +341,11 @@ int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
     rc = sqz_backing_stat(in, &bst);
     if (rc == 0)
         rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (rc == 0 && kind == SQZ_K_PACKED) {
+        rc = sqz_content_packed_stat(in, &bst, st);
+        SQZ_RWUNLOCK(&in->io);
+        return rc;
+    }
     if (rc == 0 && kind != SQZ_K_CONTAINER)
         rc = kind == SQZ_K_DAMAGED ? -EIO : -ENODATA;
     if (rc == 0) {

@@ -312,6 +312,8 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
             rc = fd < 0 ? fd : sqz_content_drop_pointer(fd);
             if (fd >= 0)
                 close(fd);
+            if (rc == 0)
+                sqz_content_note_unpacked(fs, in);
         } else {
             rc = sqz_content_unpack_locked(fs, in);
         }

@@ -143,6 +143,15 @@ void sqz_content_packed_free_locked(struct sqz_inode *in)
     in->pbuf_len = 0;
 }
 
+void sqz_content_note_unpacked(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    int dfd = parent_dirfd(in);
+    if (dfd >= 0) {
+        sqz_pack_gc_note(fs, dfd);
+        close(dfd);
+    }
+}
+
 int sqz_content_drop_pointer(int fd)
 {
     if (fremovexattr(fd, SQZ_PACK_XATTR) == 0 || errno == ENODATA ||
@@ -223,6 +232,7 @@ int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in)
         return r;
     sqz_content_packed_free_locked(in);
     sqz_content_invalidate(in);
+    sqz_content_note_unpacked(fs, in);
     if (sqz_content_handles_open(in)) {
         /* readers of the packed content read the container from now on */
         in->kind = SQZ_K_CONTAINER;
@@ -248,4 +258,24 @@ int sqz_content_unpack(struct sqz_fs *fs, struct sqz_inode *in)
         r = sqz_content_unpack_locked(fs, in);
     SQZ_RWUNLOCK(&in->io);
     return r;
+}
+
+int sqz_content_packed_stat(struct sqz_inode *in, const struct stat *bst,
+                            struct sqz_ctr_stat *st)
+{
+    sqz_pack_ptr p;
+    int r = sqz_pack_ptr_of(in, &p, NULL, 0);
+    if (r <= 0)
+        return r == 0 ? -ENODATA : r == -EBADMSG ? -EIO : r;
+    memset(st, 0, sizeof(*st));
+    st->params = p.params;
+    st->length = p.length;
+    st->backing_size = (uint64_t)bst->st_size;
+    st->backing_alloc = (uint64_t)bst->st_blocks * 512u;
+    st->blocks = st->stored_blocks = 1;
+    st->raw_blocks = p.kind == 2;
+    st->compressed_bytes = p.stored_len;
+    st->format_version = 2;
+    st->packed_bytes = SQZ_PACK_ENTRY_HDR + p.stored_len;
+    return 0;
 }

@@ -286,10 +286,11 @@ static void *durable_main(void *arg)
             if (d->stop)
                 break;
         }
-        if (d->n == 0)
-            continue;
+        size_t queued = d->n;
         SQZ_MUTEX_UNLOCK(&d->mu);
-        (void)run_batch(fs, 0); /* failures stay queued and are retried */
+        if (queued > 0)
+            (void)run_batch(fs, 0); /* failures stay queued and retried */
+        sqz_pack_gc_run(fs, 0);
         SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     }
     SQZ_MUTEX_UNLOCK(&d->mu);
@@ -348,6 +349,7 @@ int sqz_durable_finish(struct sqz_fs *fs)
     stop_thread(d);
     /* final mode requeues nothing, so one batch empties the queue */
     int first = run_batch(fs, 1);
+    sqz_pack_gc_run(fs, 1);
     if (d->use_syncfs && syncfs(d->root_fd) != 0 && first == 0)
         first = -errno;
     return first;

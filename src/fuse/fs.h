@@ -163,6 +163,7 @@ struct sqz_fs {
 
     struct sqz_durable *durable; /* durable.c; NULL before start */
     struct sqz_packer *packer;  /* pack_job.c (durable thread only) */
+    struct sqz_pack_gc *pack_gc; /* pack_gc.c */
     int wlock_fd;               /* wlock.c: the writer lock (-1: none) */
     struct fuse_session *se;    /* for kernel cache invalidation */
     struct sqz_reval *reval;    /* revalidate.c; NULL if not running */
@@ -213,10 +214,12 @@ int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
 void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n);
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in);
 void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
-/* After the backing object was replaced (recompress). Caller holds io
- * exclusive. */
-void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
-                     ino_t ino);
+/* After the backing object was renamed over (recompress, packing): make
+ * in->fd a copy of npfd, the new object's O_PATH fd, and key the inode by
+ * (dev, ino), in one critical section of the table. Caller holds io
+ * exclusive. 0 or -errno (nothing changed). */
+int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
+                   dev_t dev, ino_t ino);
 /* Call fn on every inode of the table, with no lock held: the inodes are
  * collected under itable_lock, each kept alive by an open reference, and
  * fn runs after the lock is released (so fn may take io and everything
@@ -371,6 +374,11 @@ int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,
 /* Load in->pbuf (io exclusive). 0, -EIO (damaged, logged), -ENODATA. */
 int sqz_content_packed_load_locked(struct sqz_fs *fs, struct sqz_inode *in);
 void sqz_content_packed_free_locked(struct sqz_inode *in);
+/* user.squeezefs.stat of a packed file (io held). 0, -ENODATA, -EIO. */
+int sqz_content_packed_stat(struct sqz_inode *in, const struct stat *bst,
+                            struct sqz_ctr_stat *st);
+/* A packed file of in's directory lost its entry (pack_gc.c). */
+void sqz_content_note_unpacked(struct sqz_fs *fs, struct sqz_inode *in);
 /* Remove the pack pointer from an open backing fd (0 if there was none). */
 int sqz_content_drop_pointer(int fd);
 /* Make a packed file a container again (written, synced, then the
@@ -389,6 +397,21 @@ int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
 /* Pack the candidates (takes each one's io in turn; no lock held). */
 void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n);
 void sqz_pack_cand_free(struct sqz_pack_cand *x);
+/* The id of the pack the packer appends to in directory dir (0: none);
+ * forget it (it is about to be removed). Durable thread only. */
+uint64_t sqz_packer_current(struct sqz_fs *fs, const struct stat *dir);
+void sqz_packer_forget(struct sqz_fs *fs, const struct stat *dir);
+
+/* ---- pack_gc.c: reclaiming the packs of removed files ---- */
+int sqz_pack_gc_init(struct sqz_fs *fs);
+void sqz_pack_gc_free(struct sqz_fs *fs);
+/* A packed file's entry of directory dirfd (any fd of it) went: scan that
+ * directory later. Takes the gc lock (a leaf). */
+void sqz_pack_gc_note(struct sqz_fs *fs, int dirfd);
+/* Durable thread: scan the noted directories that are due (all if
+ * final). */
+void sqz_pack_gc_run(struct sqz_fs *fs, int final);
+void sqz_pack_gc_stats(struct sqz_fs *fs, uint64_t *removed, uint64_t *moved);
 
 /* Read-only mounts with revalidate=N: a thread that refreshes the views of
  * open files every N seconds and drops the kernel's cached pages of the

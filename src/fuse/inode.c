@@ -5,7 +5,7 @@
  * the kernel may still refer to it). The table is keyed by the backing
  * (st_dev, st_ino); the kernel-visible node id is the address of our
  * sqz_inode (FUSE_ROOT_ID for the root), so it stays stable when
- * recompress replaces the backing file (sqz_inode_rekey).
+ * recompress and packing replace the backing file (sqz_inode_swap).
  * Protected by sqz_fs.itable_lock (docs/LOCKING.md). */
 #include "fuse/fs.h"
 #include "common/lockorder.h"
@@ -380,7 +380,10 @@ int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
         return -EINVAL;
     if (sqz_name_hidden(name))
         return -ENOENT;
-    int fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    int fd, tries = 0;
+    struct sqz_inode *in;
+again:
+    fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
@@ -389,7 +392,21 @@ int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
         return err;
     }
     SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
-    struct sqz_inode *in = table_find(fs, st->st_dev, st->st_ino);
+    in = table_find(fs, st->st_dev, st->st_ino);
+    if (!in && tries < 8 && !S_ISDIR(st->st_mode)) {
+        /* the file opened may have been renamed over meanwhile, and its
+         * inode swapped to the new file (recompress, packing): a file
+         * without links is never given a new inode, the name is asked
+         * again */
+        struct stat now;
+        if (fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
+            now.st_nlink == 0) {
+            SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+            close(fd);
+            tries++;
+            goto again;
+        }
+    }
     if (in) {
         in->nlookup++;
         SQZ_MUTEX_UNLOCK(&fs->itable_lock);
@@ -454,17 +471,27 @@ void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
         inode_destroy(dead);
 }
 
-void sqz_inode_rekey(struct sqz_fs *fs, struct sqz_inode *in, dev_t dev,
-                     ino_t ino)
+int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
+                   dev_t dev, ino_t ino)
 {
     SQZ_ASSERT_EXCL(&in->io);
     sqz_inode_stash_drop(in); /* of the replaced backing file */
+    /* The old backing file (renamed over, so unlinked) is freed when its
+     * last descriptor, in->fd, goes: its inode number may then be given to
+     * a new file at once. The key changes in the same critical section,
+     * so a lookup of that new file never finds this inode. */
     SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    if (dup3(npfd, in->fd, O_CLOEXEC) < 0) {
+        int e = -errno;
+        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+        return e;
+    }
     table_remove(fs, in);
     in->dev = dev;
     in->ino = ino;
     table_insert(fs, in);
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    return 0;
 }
 
 int sqz_itable_foreach(struct sqz_fs *fs,

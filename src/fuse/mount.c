@@ -300,6 +300,7 @@ static void teardown(struct sqz_fs *fs)
     sqz_revalidate_stop(fs);
     sqz_durable_free(fs);
     sqz_packer_free(fs);
+    sqz_pack_gc_free(fs);
     int rc = sqz_itable_free(fs);
     if (rc && g_destroy_rc == 0)
         g_destroy_rc = rc;
@@ -426,7 +427,8 @@ int sqz_mount_main(int argc, char **argv)
         goto out_unmount;
     }
 
-    if ((rc = sqz_packer_init(fs)) < 0 || (rc = sqz_durable_start(fs)) < 0) {
+    if ((rc = sqz_packer_init(fs)) < 0 || (rc = sqz_pack_gc_init(fs)) < 0 ||
+        (rc = sqz_durable_start(fs)) < 0) {
         sqz_logf(SQZ_LOG_ERR, "cannot start the durability thread: %s", strerror(-rc));
         goto out_unmount;
     }

@@ -402,8 +402,16 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
     int e = sqz_name_errno(name, ENOENT);
+    struct stat st;
+    /* a 0-byte file may be packed: its entry is dead once the last name
+     * goes (pack_gc.c) */
+    int maybe_packed = e == 0 &&
+        fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode) && st.st_size == 0 && st.st_nlink == 1;
     if (e == 0 && unlinkat(p->fd, name, 0) != 0)
         e = errno;
+    if (e == 0 && maybe_packed)
+        sqz_pack_gc_note(fs, p->fd);
     fuse_reply_err(req, e);
 }
 
@@ -447,10 +455,17 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
             return;
         }
     }
-    if (renameat2(p->fd, name, np->fd, newname, flags) != 0)
+    struct stat st;
+    int over_empty = !(flags & RENAME_EXCHANGE) &&
+        fstatat(np->fd, newname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+        S_ISREG(st.st_mode) && st.st_size == 0 && st.st_nlink == 1;
+    if (renameat2(p->fd, name, np->fd, newname, flags) != 0) {
         fuse_reply_err(req, errno);
-    else
-        fuse_reply_err(req, 0);
+        return;
+    }
+    if (over_empty) /* it replaced a file that may have been packed */
+        sqz_pack_gc_note(fs, np->fd);
+    fuse_reply_err(req, 0);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)

@@ -65,6 +65,9 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
 {
     sqz_stats s;
     sqz_engine_stats(fs->engine, &s);
+    uint64_t packed, pfail, premoved, pmoved;
+    sqz_packer_stats(fs, &packed, &pfail);
+    sqz_pack_gc_stats(fs, &premoved, &pmoved);
     char tier[1024];
     if (sqz_tier_stats_json(fs, tier, sizeof(tier)) < 0)
         tier[0] = '\0';
@@ -78,6 +81,8 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"dirty_bytes\": %" PRIu64 ", \"pushed_blocks\": %" PRIu64
         ", \"pushed_bytes\": %" PRIu64 ", \"push_skipped\": %" PRIu64
         ", \"opens_from_lookup\": %" PRIu64
+        ", \"files_packed\": %" PRIu64 ", \"pack_failures\": %" PRIu64
+        ", \"packs_removed\": %" PRIu64 ", \"pack_entries_moved\": %" PRIu64
         ", \"security_xattr_gets\": %lu"
         ", \"killpriv_v2\": %d, \"writeback_cache\": %d%s}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
@@ -87,7 +92,7 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         (uint64_t)atomic_load(&fs->push_blocks),
         (uint64_t)atomic_load(&fs->push_bytes),
         (uint64_t)atomic_load(&fs->push_skipped),
-        sqz_inode_stash_hits(),
+        sqz_inode_stash_hits(), packed, pfail, premoved, pmoved,
         atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active(),
         fs->opts.writeback, tier);
 }
@@ -98,7 +103,7 @@ static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)
     /* As kdb+ (-21!) and `squeezefs stat` on BACKING: the compressed
      * length is the size of the backing file; storedBytes are the stored
      * (compressed or raw) bytes of the live blocks alone. */
-    uint64_t clen = st->backing_size;
+    uint64_t clen = st->packed_bytes ? st->packed_bytes : st->backing_size;
     double ratio = clen ? (double)st->length / (double)clen : 0.0;
     return snprintf(buf, n,
         "{\"compressedLength\": %" PRIu64 ", \"uncompressedLength\": %" PRIu64
@@ -107,11 +112,12 @@ static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)
         ", \"blocks\": %" PRIu64 ", \"rawBlocks\": %" PRIu64
         ", \"holeBlocks\": %" PRIu64 ", \"ratio\": %.4f"
         ", \"backingSize\": %" PRIu64 ", \"backingAlloc\": %" PRIu64
-        ", \"auto\": %s}",
+        ", \"auto\": %s, \"packed\": %s}",
         clen, st->length, st->compressed_bytes, alg ? alg : "unknown",
         st->params.level, st->params.log2bs, st->blocks, st->raw_blocks,
         st->hole_blocks, ratio, st->backing_size, st->backing_alloc,
-        st->params.auto_mode ? "true" : "false");
+        st->params.auto_mode ? "true" : "false",
+        st->packed_bytes ? "true" : "false");
 }
 
 static const char *source_name(sqz_policy_source s)

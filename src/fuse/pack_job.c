@@ -49,8 +49,8 @@ struct sqz_packer {
     size_t n;
     uint64_t batch;
     int disabled;         /* the backing file system refused the pointer */
-    /* statistics */
-    uint64_t packed, skipped, failed;
+    /* statistics (read by other threads) */
+    atomic_uint_fast64_t packed, skipped, failed;
 };
 
 struct sqz_pack_cand {
@@ -91,8 +91,8 @@ void sqz_packer_free(struct sqz_fs *fs)
 
 void sqz_packer_stats(struct sqz_fs *fs, uint64_t *packed, uint64_t *failed)
 {
-    *packed = fs->packer ? fs->packer->packed : 0;
-    *failed = fs->packer ? fs->packer->failed : 0;
+    *packed = fs->packer ? atomic_load(&fs->packer->packed) : 0;
+    *failed = fs->packer ? atomic_load(&fs->packer->failed) : 0;
 }
 
 int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
@@ -317,6 +317,28 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
                          label, strerror(-rc));
             }
             pk->failed++;
+        }
+    }
+}
+
+uint64_t sqz_packer_current(struct sqz_fs *fs, const struct stat *dir)
+{
+    struct sqz_packer *pk = fs->packer;
+    for (size_t i = 0; pk && i < pk->n; i++)
+        if (pk->p[i].dev == dir->st_dev && pk->p[i].ino == dir->st_ino &&
+            pk->p[i].w.fd >= 0)
+            return pk->p[i].w.id;
+    return 0;
+}
+
+void sqz_packer_forget(struct sqz_fs *fs, const struct stat *dir)
+{
+    struct sqz_packer *pk = fs->packer;
+    for (size_t i = 0; pk && i < pk->n; i++) {
+        if (pk->p[i].dev == dir->st_dev && pk->p[i].ino == dir->st_ino) {
+            drop(&pk->p[i]);
+            pk->p[i] = pk->p[--pk->n];
+            return;
         }
     }
 }

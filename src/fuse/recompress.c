@@ -231,6 +231,41 @@ int sqz_rc_temp_meta_nosync(struct sqz_inode *in, const struct stat *bst,
     return 0;
 }
 
+/* Put the temporary in place of the original (checked to be at its name
+ * just before). Exchanged atomically where the file system can, and
+ * undone if another file took the name in the meantime (a rename through
+ * the mount does not take io): that file keeps its name. A plain rename
+ * elsewhere. 0 or -errno (-ESTALE: the name holds another file now). */
+static int replace_original(struct sqz_rc_temp *t, const struct sqz_inode *in,
+                            const char *label)
+{
+    if (renameat2(t->dirfd, t->tmp, t->dirfd, t->base, RENAME_EXCHANGE) != 0) {
+        if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP &&
+            errno != EOPNOTSUPP)
+            return -errno;
+        if (renameat(t->dirfd, t->tmp, t->dirfd, t->base) != 0)
+            return -errno;
+        t->made = 0;
+        return 0;
+    }
+    /* the temporary's name now holds what the original's name held */
+    struct stat was;
+    if (fstatat(t->dirfd, t->tmp, &was, AT_SYMLINK_NOFOLLOW) == 0 &&
+        was.st_ino == in->ino && was.st_dev == in->dev) {
+        if (unlinkat(t->dirfd, t->tmp, 0) != 0)
+            sqz_logf(SQZ_LOG_WARN, "%s: the replaced file stays as the hidden %s: %s",
+                     label, t->tmp, strerror(errno));
+        t->made = 0;
+        return 0;
+    }
+    if (renameat2(t->dirfd, t->tmp, t->dirfd, t->base, RENAME_EXCHANGE) != 0) {
+        sqz_logf(SQZ_LOG_ERR, "%s: cannot give the name back to the file that took it "
+                 "meanwhile (hidden as %s): %s", label, t->tmp, strerror(errno));
+        t->made = 0; /* that file must not be removed as the temporary */
+    }
+    return -ESTALE;
+}
+
 int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
                           struct sqz_rc_temp *t, sqz_file *nsf)
 {
@@ -245,48 +280,45 @@ int sqz_rc_install_ex_locked(struct sqz_fs *fs, struct sqz_inode *in,
     char label[PATH_MAX];
     sqz_inode_label(fs, in, label, sizeof(label));
     int rc = 0;
-    /* the original must still be there under its name (a rename or unlink
-     * through the mount does not take io) */
-    struct stat cur;
-    if (fstatat(t->dirfd, t->base, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
-        cur.st_ino != in->ino || cur.st_dev != in->dev) {
-        sqz_file_close(nsf);
-        return -ESTALE;
-    }
-    if (cur.st_nlink > 1) { /* linked meanwhile: renaming would split them */
-        sqz_file_close(nsf);
-        return -EMLINK;
-    }
-    if (renameat(t->dirfd, t->tmp, t->dirfd, t->base) != 0) {
-        rc = -errno;
-        sqz_file_close(nsf);
-        return rc;
-    }
-    t->made = 0;
-    if (sync_dir && fsync(t->dirfd) != 0)
-        sqz_logf(SQZ_LOG_WARN, "%s: recompress: fsync of the directory failed: %s", label,
-                 strerror(errno));
-
-    /* Swap the inode over to the new backing file. */
-    int npfd = openat(t->dirfd, t->base, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    /* The new file's O_PATH fd, taken by the temporary's name: after the
+     * rename, its name may already hold another file. */
+    int npfd = openat(t->dirfd, t->tmp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     struct stat nst;
     if (npfd < 0 || fstatat(npfd, "", &nst, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) {
         rc = -errno;
         if (npfd >= 0)
             close(npfd);
-        sqz_logf(SQZ_LOG_ERR, "%s: recompress: cannot reopen the new file: %s", label,
-                 strerror(-rc));
         sqz_file_close(nsf);
         return rc;
     }
-    if (dup3(npfd, in->fd, O_CLOEXEC) < 0) {
-        rc = -errno;
+    /* the original must still be there under its name (a rename or unlink
+     * through the mount does not take io) */
+    struct stat cur;
+    if (fstatat(t->dirfd, t->base, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
+        cur.st_ino != in->ino || cur.st_dev != in->dev)
+        rc = -ESTALE;
+    else if (cur.st_nlink > 1) /* linked meanwhile: renaming would split them */
+        rc = -EMLINK;
+    else
+        rc = replace_original(t, in, label);
+    if (rc) {
         close(npfd);
         sqz_file_close(nsf);
         return rc;
     }
+    if (sync_dir && fsync(t->dirfd) != 0)
+        sqz_logf(SQZ_LOG_WARN, "%s: recompress: fsync of the directory failed: %s", label,
+                 strerror(errno));
+
+    /* Swap the inode over to the new backing file. */
+    rc = sqz_inode_swap(fs, in, npfd, nst.st_dev, nst.st_ino);
     close(npfd);
-    sqz_inode_rekey(fs, in, nst.st_dev, nst.st_ino);
+    if (rc) {
+        sqz_logf(SQZ_LOG_ERR, "%s: recompress: cannot swap to the new file: %s", label,
+                 strerror(-rc));
+        sqz_file_close(nsf);
+        return rc;
+    }
     sqz_inode_changed(in);
     /* a container of the replaced file still waiting for its durable mark:
      * that file is gone from the tree (the new one was synced) */
@@ -346,6 +378,17 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     if (kind == SQZ_K_DAMAGED) {
         rc = -EIO;
         goto out;
+    }
+    if (kind == SQZ_K_PACKED) { /* the source is a container again */
+        rc = sqz_content_unpack_locked(fs, in);
+        if (rc == 0)
+            rc = sqz_backing_stat(in, &bst);
+        if (rc == 0)
+            rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+        if (rc == 0 && kind != SQZ_K_CONTAINER)
+            rc = -EIO;
+        if (rc)
+            goto out;
     }
     if (kind == SQZ_K_PENDING) {
         rc = sqz_content_materialize_locked(fs, in, NULL, 0);

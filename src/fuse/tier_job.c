@@ -351,7 +351,8 @@ static int prepare_locked(struct sqz_fs *fs, struct sqz_inode *in, struct copy *
         return rc;
     if (kind == SQZ_K_DAMAGED)
         return -EIO;
-    if (kind == SQZ_K_PENDING)
+    /* a packed file is not tiered: it stays packed (docs/FORMAT.md) */
+    if (kind == SQZ_K_PENDING || kind == SQZ_K_PACKED)
         return -EBUSY;
     if (in->sf && (rc = sqz_file_flush(in->sf)) != 0)
         return rc;

@@ -1,0 +1,398 @@
+/* Reclaiming the space of packed files that are gone (docs/FORMAT.md
+ * "Packed files", "Reclaiming packs").
+ *
+ * Whoever removes a packed file's entry through the mount (unlink, a
+ * rename over it, emptying it, unpacking it) notes its directory. The
+ * durable thread then scans each noted directory (at most once per
+ * SQZ_GC_INTERVAL_S, and at unmount): it adds up the entries that the
+ * directory's 0-byte files still point to, per pack, and
+ *   - removes a pack nothing points to any more;
+ *   - moves the live entries of a pack that is more than half dead (and
+ *     larger than SQZ_GC_MIN_PACK) into the directory's current pack:
+ *     appended and flushed, each file's pointer swapped only if it still
+ *     names the old entry, the swaps flushed, then the old pack removed.
+ * A crash anywhere leaves every pointer naming a whole, durable entry: the
+ * old pack goes only after the new pointers are durable. A pack with an
+ * entry that cannot be read back is left alone (verify reports it).
+ * Readers that met a pointer just before it was swapped follow it again
+ * (content_pack.c). Notes are kept in memory: a directory not touched
+ * after a restart is scanned again at its next removal. */
+#include "fuse/fs.h"
+#include "common/lockorder.h"
+#include "squeezefs/pack.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SQZ_GC_INTERVAL_S 10
+#define SQZ_GC_MIN_PACK (64u << 10)
+#define SQZ_GC_MAX_NOTES 4096
+
+struct note {
+    dev_t dev;
+    ino_t ino;
+    int fd;            /* O_PATH of the directory (owned) */
+    time_t last;       /* last scan (monotonic seconds), 0 never */
+    int dirty;
+};
+
+struct sqz_pack_gc {
+    pthread_mutex_t mu;
+    struct note *v;
+    size_t n, cap;
+    uint64_t removed, moved; /* statistics: packs removed, entries moved */
+};
+
+int sqz_pack_gc_init(struct sqz_fs *fs)
+{
+    struct sqz_pack_gc *g = calloc(1, sizeof(*g));
+    if (!g)
+        return -ENOMEM;
+    int r = sqz_mutex_init(&g->mu);
+    if (r) {
+        free(g);
+        return -r;
+    }
+    fs->pack_gc = g;
+    return 0;
+}
+
+void sqz_pack_gc_free(struct sqz_fs *fs)
+{
+    struct sqz_pack_gc *g = fs->pack_gc;
+    if (!g)
+        return;
+    for (size_t i = 0; i < g->n; i++)
+        close(g->v[i].fd);
+    free(g->v);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+    fs->pack_gc = NULL;
+}
+
+void sqz_pack_gc_stats(struct sqz_fs *fs, uint64_t *removed, uint64_t *moved)
+{
+    struct sqz_pack_gc *g = fs->pack_gc;
+    *removed = *moved = 0;
+    if (!g)
+        return;
+    SQZ_MUTEX_LOCK(&g->mu, SQZ_RANK_PACKGC);
+    *removed = g->removed;
+    *moved = g->moved;
+    SQZ_MUTEX_UNLOCK(&g->mu);
+}
+
+void sqz_pack_gc_note(struct sqz_fs *fs, int dirfd)
+{
+    struct sqz_pack_gc *g = fs->pack_gc;
+    struct stat st;
+    if (!g || fs->opts.ro || fstat(dirfd, &st) != 0 || !S_ISDIR(st.st_mode))
+        return;
+    SQZ_MUTEX_LOCK(&g->mu, SQZ_RANK_PACKGC);
+    for (size_t i = 0; i < g->n; i++) {
+        if (g->v[i].dev == st.st_dev && g->v[i].ino == st.st_ino) {
+            g->v[i].dirty = 1;
+            SQZ_MUTEX_UNLOCK(&g->mu);
+            return;
+        }
+    }
+    if (g->n == g->cap && g->n < SQZ_GC_MAX_NOTES) {
+        size_t nc = g->cap ? g->cap * 2 : 16;
+        struct note *nv = realloc(g->v, nc * sizeof(*nv));
+        if (nv) {
+            g->v = nv;
+            g->cap = nc;
+        }
+    }
+    if (g->n < g->cap) {
+        int fd = openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0)
+            g->v[g->n++] = (struct note){.dev = st.st_dev, .ino = st.st_ino,
+                                         .fd = fd, .dirty = 1};
+    }
+    SQZ_MUTEX_UNLOCK(&g->mu);
+}
+
+/* ---- one directory ---- */
+
+struct live {
+    char *name;
+    sqz_pack_ptr ptr;
+};
+
+struct pack_info {
+    uint64_t id;
+    uint64_t size;   /* st_size */
+    uint64_t live;   /* bytes of entries still pointed to */
+    struct live *files;
+    size_t nfiles, cap;
+};
+
+static void infos_free(struct pack_info *pi, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        for (size_t j = 0; j < pi[i].nfiles; j++)
+            free(pi[i].files[j].name);
+        free(pi[i].files);
+    }
+    free(pi);
+}
+
+static struct pack_info *info_of(struct pack_info *pi, size_t n, uint64_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (pi[i].id == id)
+            return &pi[i];
+    return NULL;
+}
+
+/* Scan: every pack of the directory and the live entries in each. */
+static int scan(int dfd, struct pack_info **out, size_t *nout)
+{
+    *out = NULL;
+    *nout = 0;
+    int d2 = dup(dfd);
+    DIR *dp = d2 >= 0 ? fdopendir(d2) : NULL;
+    if (!dp) {
+        if (d2 >= 0)
+            close(d2);
+        return -errno;
+    }
+    struct pack_info *pi = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    int rc = 0;
+    /* first the packs, then the pointers (a pointer to a pack not listed
+     * keeps nothing alive here: that file reads as damaged anyway) */
+    while ((de = readdir(dp)) != NULL) {
+        uint64_t id;
+        struct stat st;
+        if (!sqz_pack_name_parse(de->d_name, &id) ||
+            fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode))
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 8;
+            struct pack_info *np = realloc(pi, nc * sizeof(*np));
+            if (!np) {
+                rc = -ENOMEM;
+                break;
+            }
+            pi = np;
+            cap = nc;
+        }
+        pi[n++] = (struct pack_info){.id = id, .size = (uint64_t)st.st_size};
+    }
+    rewinddir(dp);
+    while (rc == 0 && n > 0 && (de = readdir(dp)) != NULL) {
+        if (de->d_type != DT_REG && de->d_type != DT_UNKNOWN)
+            continue;
+        if (sqz_name_hidden(de->d_name))
+            continue;
+        struct stat st;
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode) || st.st_size != 0)
+            continue;
+        char pp[64 + NAME_MAX];
+        snprintf(pp, sizeof(pp), "/proc/self/fd/%d/%s", dfd, de->d_name);
+        uint8_t b[SQZ_PACK_PTR_SIZE];
+        ssize_t got = lgetxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
+        sqz_pack_ptr p;
+        if (got != (ssize_t)sizeof(b) ||
+            sqz_pack_ptr_decode(b, sizeof(b), &p, NULL, 0) != 0)
+            continue;
+        struct pack_info *x = info_of(pi, n, p.pack_id);
+        if (!x)
+            continue;
+        x->live += SQZ_PACK_ENTRY_HDR + p.stored_len;
+        if (x->nfiles == x->cap) {
+            size_t nc = x->cap ? x->cap * 2 : 16;
+            struct live *nl = realloc(x->files, nc * sizeof(*nl));
+            if (!nl) {
+                rc = -ENOMEM;
+                break;
+            }
+            x->files = nl;
+            x->cap = nc;
+        }
+        char *nm = strdup(de->d_name);
+        if (!nm) {
+            rc = -ENOMEM;
+            break;
+        }
+        x->files[x->nfiles++] = (struct live){.name = nm, .ptr = p};
+    }
+    closedir(dp);
+    if (rc) {
+        infos_free(pi, n);
+        return rc;
+    }
+    *out = pi;
+    *nout = n;
+    return 0;
+}
+
+/* Move the live entries of x into w, swap the pointers, flush them. 0 when
+ * the old pack is free to go. */
+static int move_live(struct sqz_fs *fs, int dfd, struct pack_info *x,
+                     sqz_pack_writer *w, uint64_t *moved)
+{
+    sqz_pack_ptr *np = calloc(x->nfiles ? x->nfiles : 1, sizeof(*np));
+    if (!np)
+        return -ENOMEM;
+    int rc = 0;
+    for (size_t i = 0; i < x->nfiles && rc == 0; i++) {
+        const sqz_pack_ptr *op = &x->files[i].ptr;
+        void *buf = malloc(op->length);
+        char err[200] = "";
+        rc = buf ? sqz_pack_read(dfd, op, buf, err, sizeof(err)) : -ENOMEM;
+        if (rc == 0)
+            rc = sqz_pack_append(w, &op->params, buf, op->length, &np[i]);
+        else if (err[0])
+            sqz_logf(SQZ_LOG_WARN, "%s: %s (its pack is kept)", x->files[i].name, err);
+        free(buf);
+    }
+    if (rc == 0)
+        rc = sqz_pack_writer_flush(w);
+    /* swap each pointer that still names the old entry */
+    for (size_t i = 0; i < x->nfiles && rc == 0; i++) {
+        char pp[64 + NAME_MAX];
+        snprintf(pp, sizeof(pp), "/proc/self/fd/%d/%s", dfd, x->files[i].name);
+        int fd = open(pp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+        if (fd < 0)
+            continue; /* gone: its entry is dead */
+        uint8_t b[SQZ_PACK_PTR_SIZE];
+        sqz_pack_ptr cur;
+        struct stat st;
+        ssize_t got = fgetxattr(fd, SQZ_PACK_XATTR, b, sizeof(b));
+        if (got == (ssize_t)sizeof(b) && fstat(fd, &st) == 0 && st.st_size == 0 &&
+            sqz_pack_ptr_decode(b, sizeof(b), &cur, NULL, 0) == 0 &&
+            cur.pack_id == x->files[i].ptr.pack_id &&
+            cur.off == x->files[i].ptr.off) {
+            rc = sqz_pack_ptr_set(fd, &np[i]); /* times stay (only ctime) */
+            if (rc == 0)
+                (*moved)++;
+        }
+        close(fd);
+    }
+    free(np);
+    if (rc)
+        return rc;
+    (void)fs;
+    /* the new pointers are durable before the old pack goes */
+    return syncfs(dfd) == 0 ? 0 : -errno;
+}
+
+static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
+                  uint64_t *moved)
+{
+    char pp[64];
+    sqz_proc_path(pathfd, pp, sizeof(pp));
+    int dfd = open(pp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : -errno;
+    struct stat ds;
+    if (fstat(dfd, &ds) != 0 || ds.st_nlink == 0) {
+        close(dfd);
+        return 1; /* removed: its note goes */
+    }
+    struct pack_info *pi;
+    size_t n;
+    int rc = scan(dfd, &pi, &n);
+    if (rc) {
+        close(dfd);
+        return rc;
+    }
+    uint64_t busy = sqz_packer_current(fs, &ds);
+    sqz_pack_writer w = {.fd = -1};
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        struct pack_info *x = &pi[i];
+        char name[SQZ_PACK_NAME_MAX];
+        sqz_pack_name(x->id, name);
+        if (x->nfiles == 0) {
+            if (x->id == busy)
+                sqz_packer_forget(fs, &ds);
+            if (unlinkat(dfd, name, 0) == 0)
+                (*removed)++;
+            continue;
+        }
+        if (x->id == busy || x->size < SQZ_GC_MIN_PACK ||
+            x->live * 2 > x->size)
+            continue;
+        if (w.fd < 0 && (rc = sqz_pack_writer_open(&w, dfd)) != 0)
+            break;
+        rc = move_live(fs, dfd, x, &w, moved);
+        if (rc == 0 && unlinkat(dfd, name, 0) == 0)
+            (*removed)++;
+    }
+    if (w.fd >= 0) {
+        /* a fresh pack that got nothing (every file went meanwhile) */
+        int empty = w.end == SQZ_PACK_HDR_SIZE;
+        char name[SQZ_PACK_NAME_MAX];
+        sqz_pack_name(w.id, name);
+        sqz_pack_writer_close(&w);
+        if (empty)
+            unlinkat(dfd, name, 0);
+    }
+    infos_free(pi, n);
+    close(dfd);
+    return rc;
+}
+
+void sqz_pack_gc_run(struct sqz_fs *fs, int final)
+{
+    struct sqz_pack_gc *g = fs->pack_gc;
+    if (!g)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    for (;;) {
+        /* take one due directory at a time (removals go on meanwhile) */
+        int fd = -1;
+        SQZ_MUTEX_LOCK(&g->mu, SQZ_RANK_PACKGC);
+        for (size_t i = 0; i < g->n && fd < 0; i++) {
+            struct note *x = &g->v[i];
+            if (x->dirty && (final || x->last == 0 ||
+                             now.tv_sec - x->last >= SQZ_GC_INTERVAL_S)) {
+                x->dirty = 0;
+                x->last = now.tv_sec;
+                fd = dup(x->fd);
+            }
+        }
+        SQZ_MUTEX_UNLOCK(&g->mu);
+        if (fd < 0)
+            break;
+        uint64_t removed = 0, moved = 0;
+        int rc = gc_dir(fs, fd, &removed, &moved);
+        if (rc == 1) { /* the directory is gone */
+            struct stat st;
+            int have = fstat(fd, &st) == 0;
+            SQZ_MUTEX_LOCK(&g->mu, SQZ_RANK_PACKGC);
+            for (size_t i = 0; have && i < g->n; i++) {
+                if (g->v[i].dev == st.st_dev && g->v[i].ino == st.st_ino) {
+                    close(g->v[i].fd);
+                    g->v[i] = g->v[--g->n];
+                    break;
+                }
+            }
+            SQZ_MUTEX_UNLOCK(&g->mu);
+            rc = 0;
+        }
+        close(fd);
+        if (rc < 0)
+            sqz_logf(SQZ_LOG_WARN, "squeezefs: reclaiming packed space: %s "
+                     "(tried again at the next removal)", strerror(-rc));
+        SQZ_MUTEX_LOCK(&g->mu, SQZ_RANK_PACKGC);
+        g->removed += removed;
+        g->moved += moved;
+        SQZ_MUTEX_UNLOCK(&g->mu);
+    }
+}
