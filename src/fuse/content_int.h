@@ -1,9 +1,13 @@
 /* Private to the regular-file rooms of the FUSE layer:
  *
- *   content_kind.c  kind probing (cached per backing version), the
- *                   attributes shown through the mount (getattr, lookup)
- *   content_open.c  the shared sqz_file, creating containers, open,
- *                   create, release, kept times, policy glue
+ *   content_kind.c  kind probing (cached per backing version; a packed
+ *                   file's pointer), the attributes shown through the
+ *                   mount (getattr, lookup)
+ *   content_sf.c    the shared sqz_file, creating containers, kept
+ *                   times, policy glue
+ *   content_pack.c  packed files: content for readers, unpacking,
+ *                   dropping the pointer, figures
+ *   content_open.c  open, create, release
  *   content_io.c    read, write, flush, fsync, fallocate, truncate,
  *                   commit, container figures, sync at unmount
  *
@@ -20,7 +24,7 @@
 void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
                              enum sqz_kind kind, uint64_t len);
 
-/* content_open.c, all with io held exclusive: */
+/* content_sf.c, all with io held exclusive: */
 /* Open the inode's shared sqz_file (read-only, or read-write for a
  * writer; a read-only one is reopened read-write). */
 int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in,

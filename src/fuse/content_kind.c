@@ -1,10 +1,11 @@
 /* Regular files, kind probing: which kind of backing file an inode is
- * (container / pre-existing plain file / damaged / pending auto), cached
- * per backing version, and the attributes shown through the mount
+ * (container / pre-existing plain file / packed / damaged / pending
+ * auto), cached per backing version, and the attributes shown through the mount
  * (logical size of containers): getattr and lookup. Locks: docs/LOCKING.md
  * (io, then meta). */
 #include "fuse/content_int.h"
 #include "common/lockorder.h"
+#include "squeezefs/pack.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
@@ -23,6 +25,51 @@ void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
     in->probe_len = len;
     in->probe_valid = 1;
     SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+/* ---- packed files (docs/FORMAT.md "Packed files") ---- */
+
+int sqz_pack_ptr_of(struct sqz_inode *in, sqz_pack_ptr *p, char *err,
+                    size_t errlen)
+{
+    char pp[64];
+    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    ssize_t n = getxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
+    if (n < 0) {
+        if (errno == ENODATA || errno == ENOTSUP)
+            return 0;
+        if (errno != ERANGE)
+            return -errno;
+        n = (ssize_t)sizeof(b); /* too long: damaged */
+    }
+    int r = sqz_pack_ptr_decode(b, (size_t)n, p, err, errlen);
+    return r < 0 ? r : 1;
+}
+
+int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,
+                            enum sqz_kind *kind, uint64_t *len)
+{
+    sqz_pack_ptr p;
+    char err[160] = "";
+    *kind = SQZ_K_PLAIN;
+    *len = 0;
+    int r = sqz_pack_ptr_of(in, &p, err, sizeof(err));
+    if (r == 1) {
+        *kind = SQZ_K_PACKED;
+        *len = p.length;
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->probe_stored = p.stored_len;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    } else if (r == -EBADMSG) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", label, err);
+        *kind = SQZ_K_DAMAGED;
+    } else if (r < 0) {
+        return r;
+    }
+    return 0;
 }
 
 /* A lazy creation torn by a crash before it was synced (docs/FORMAT.md
@@ -151,7 +198,7 @@ int sqz_content_handles_open(const struct sqz_inode *in)
 /* Current kind (caller holds io). */
 /* A read-only view of a container that changed since it was opened
  * (another mount wrote it): its length is not the file's any more; the
- * next open replaces the view (content_open.c). */
+ * next open replaces the view (content_sf.c). */
 static int stale_ro_view(const struct sqz_inode *in, const struct stat *bst)
 {
     if (in->kind != SQZ_K_CONTAINER || !in->sf || in->sf_rw)

@@ -1,7 +1,7 @@
-/* Regular files, packed (docs/FORMAT.md "Packed files"): recognising a
- * packed file (a 0-byte backing file with a pack pointer), its content for
- * readers, unpacking it before anything writes it, and dropping the
- * pointer when a file is emptied. Packing itself is done by the durable
+/* Regular files, packed (docs/FORMAT.md "Packed files"): a packed file's
+ * content for readers, unpacking it before anything writes it, dropping
+ * the pointer when a file is emptied, its figures. Recognising one is
+ * kind probing (content_kind.c). Packing itself is done by the durable
  * thread (pack_job.c). Locks: docs/LOCKING.md (io, then meta). */
 #include "fuse/content_int.h"
 #include "common/lockorder.h"
@@ -15,49 +15,6 @@
 #include <string.h>
 #include <sys/xattr.h>
 #include <unistd.h>
-
-int sqz_pack_ptr_of(struct sqz_inode *in, sqz_pack_ptr *p, char *err,
-                    size_t errlen)
-{
-    char pp[64];
-    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    ssize_t n = getxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
-    if (n < 0) {
-        if (errno == ENODATA || errno == ENOTSUP)
-            return 0;
-        if (errno != ERANGE)
-            return -errno;
-        n = (ssize_t)sizeof(b); /* too long: damaged */
-    }
-    int r = sqz_pack_ptr_decode(b, (size_t)n, p, err, errlen);
-    return r < 0 ? r : 1;
-}
-
-int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,
-                            enum sqz_kind *kind, uint64_t *len)
-{
-    sqz_pack_ptr p;
-    char err[160] = "";
-    *kind = SQZ_K_PLAIN;
-    *len = 0;
-    int r = sqz_pack_ptr_of(in, &p, err, sizeof(err));
-    if (r == 1) {
-        *kind = SQZ_K_PACKED;
-        *len = p.length;
-        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-        in->probe_stored = p.stored_len;
-        SQZ_MUTEX_UNLOCK(&in->meta);
-    } else if (r == -EBADMSG) {
-        char label[PATH_MAX];
-        sqz_inode_label(fs, in, label, sizeof(label));
-        sqz_logf(SQZ_LOG_ERR, "%s: %s", label, err);
-        *kind = SQZ_K_DAMAGED;
-    } else if (r < 0) {
-        return r;
-    }
-    return 0;
-}
 
 /* The backing directory of in (O_RDONLY|O_DIRECTORY) or -errno. */
 static int parent_dirfd(struct sqz_inode *in)

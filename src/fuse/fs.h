@@ -300,6 +300,8 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
 /* Drop a handle; the last one commits and closes the sf. Returns the
  * commit error. */
 int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h);
+
+/* ---- content_sf.c: the shared sqz_file, creation, kept times, policy ---- */
 /* Remember the backing file's current atime/mtime as set by the user
  * (setattr): container bookkeeping writes after it (the durable mark at
  * fsync, a checkpoint at close) must not change them. A data write forgets
@@ -356,7 +358,7 @@ sqz_ctr *sqz_durable_take_locked(struct sqz_inode *in);
 void sqz_durable_stats(struct sqz_fs *fs, uint64_t *queued, uint64_t *marked,
                        uint64_t *batches, uint64_t *failures);
 
-/* ---- content_open.c / revalidate.c: views of files another mount writes ---- */
+/* ---- content_sf.c / revalidate.c: views of files another mount writes ---- */
 /* io exclusive: replace a read-only view of a container whose backing file
  * changed since the view was opened (*changed = 1 then). */
 int sqz_content_refresh_view_locked(struct sqz_fs *fs, struct sqz_inode *in,

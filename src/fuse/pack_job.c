@@ -12,7 +12,7 @@
  *      open, no write, same backing version): a hidden temporary gets the
  *      original's owner, mode, user xattrs and times plus the pointer, and
  *      is renamed over the original; the inode swaps over to it
- *      (recompress.c).
+ *      (replace.c).
  *
  * A crash before the rename leaves the container; after it, the packed
  * file, whose entry was durable before the pointer existed. Readers of
@@ -245,7 +245,7 @@ static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
         rc = sqz_rc_temp_meta_nosync(in, &bst, tfd);
     close(tfd);
     if (rc == 0)
-        rc = sqz_rc_install_ex_locked(fs, in, &t, NULL, 0);
+        rc = sqz_rc_replace_locked(fs, in, &t, NULL, 0);
     sqz_rc_temp_discard(&t);
     return rc;
 }

@@ -1,6 +1,7 @@
-/* The steps of a crash-safe rewrite shared by recompress (recompress.c)
- * and tiering (tier_job.c): a hidden temporary next to the original, its
- * metadata, and the rename + swap of the inode. Internal header. */
+/* The steps of a crash-safe rewrite (replace.c) shared by recompress
+ * (recompress.c), tiering (tier_job.c) and packing (pack_job.c): a hidden
+ * temporary next to the original, its metadata, and the exchange + swap of
+ * the inode. Internal header. */
 #ifndef SQZ_FUSE_RECOMPRESS_INT_H
 #define SQZ_FUSE_RECOMPRESS_INT_H
 
@@ -38,10 +39,12 @@ int sqz_rc_temp_meta_nosync(struct sqz_inode *in, const struct stat *bst,
  * temporary was made, -EMLINK if it got a second link. */
 int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
                           struct sqz_rc_temp *t, sqz_file *nsf);
-/* The same; nsf may be NULL (no open file to hand over: the caller has no
- * handles), sync_dir 0 skips the directory fsync (packing: either name
- * state is a whole file after a crash). */
-int sqz_rc_install_ex_locked(struct sqz_fs *fs, struct sqz_inode *in,
+/* The same without dropping a queued container of the replaced file
+ * (sqz_rc_install_locked, in recompress.c, does that: durable.c); nsf may
+ * be NULL (no open file to hand over: the caller has no handles), sync_dir
+ * 0 skips the directory fsync (packing: either name state is a whole file
+ * after a crash). */
+int sqz_rc_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
                              struct sqz_rc_temp *t, sqz_file *nsf,
                              int sync_dir);
 

@@ -1,6 +1,6 @@
 /* Read-only mounts of a BACKING that another mount writes (shared storage:
  * one writer, many readers). Every open already sees the writer's last
- * close or fsync (content_open.c replaces a stale read-only view). For
+ * close or fsync (content_sf.c replaces a stale read-only view). For
  * descriptors that stay open, this thread checks the views of open files
  * every revalidate=N seconds (the backing file's size, mtime and ctime, one
  * fstat each), replaces the changed ones and drops the kernel's cached
