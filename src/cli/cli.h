@@ -12,6 +12,7 @@
 #include <sys/types.h>
 
 #include "squeezefs/container.h"
+#include "squeezefs/pack.h"
 #include "squeezefs/policy.h"
 
 /* ---- commands (argv[0] is the command word) ---- */
@@ -83,6 +84,26 @@ void progress_finish(cli_progress *p);
 #define CLI_TMP_PREFIX ".sqz-tmp."
 int cli_is_own_hidden(const char *path);
 
+/* ---- packed.c: packed files and packs in a BACKING directory ---- */
+/* 1 if the base name of path is a pack's (SQZ_PACK_PREFIX + 16 hex). */
+int cli_is_pack_name(const char *path);
+/* The content of a packed file, open as fd at path: its pointer (xattr
+ * SQZ_PACK_XATTR), then its entry in the pack of its directory, checked.
+ * Callers ask only for a 0-byte file or a torn creation (a pointer on a
+ * file with bytes counts for nothing). 1 (*p filled, *buf malloc'd,
+ * p->length bytes), 0 no pointer, -EBADMSG a damaged pointer or -EIO a
+ * damaged or missing entry ("damaged packed file: why" in err), other
+ * -errno. */
+int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
+                    char *err, size_t errlen);
+/* Check the pack file open as fd at path (sqz_pack_check, and its id
+ * against its name). 0 clean (*entries set); 1 bytes from *end on are no
+ * readable entries but no packed file of the directory points there (an
+ * append or a creation torn by a crash, or damage that cannot be told
+ * from one; *tail bytes); -EBADMSG damaged (reason in err); other -errno. */
+int cli_pack_check(int fd, const char *path, long *entries, uint64_t *end,
+                   uint64_t *tail, char *err, size_t errlen);
+
 /* ---- json.c: a tiny streaming JSON writer ---- */
 typedef struct json_w {
     FILE *out;
@@ -151,24 +172,40 @@ typedef struct cli_ctr_figures {
     double ratio;          /* uncompressed / compressed */
     uint64_t backing_size, backing_alloc; /* st_size, st_blocks*512 */
     bool is_auto;
+    /* a packed file (include/squeezefs/pack.h): compressed is the size of
+     * its pack entry (header and stored bytes, as the daemon counts it),
+     * stored its stored bytes, backing_* the 0-byte backing file's */
+    bool packed;
+    char pack[SQZ_PACK_NAME_MAX]; /* its pack's file name (off a mount) */
+    char why[256];         /* what is damaged, when known (else "") */
 } cli_ctr_figures;
-/* Figures of the container at path: from the daemon (on_mount, see
- * cli_on_mount) or by opening the file. 0; -EMEDIUMTYPE: not a container (a
- * plain file); a damaged container: -EBADMSG off a mount, -EIO on one;
- * -EPROTO: the daemon's answer lacks a figure (message printed); other
- * negative errno from the file system. */
+/* Figures of the container or packed file at path: from the daemon
+ * (on_mount, see cli_on_mount) or by opening the file (a packed file's
+ * entry is read and checked). 0; -EMEDIUMTYPE: not a container (a plain
+ * file); a damaged container or packed file: -EBADMSG off a mount (reason
+ * in out->why when known), -EIO on one; -EPROTO: the daemon's answer lacks
+ * a figure (message printed); other negative errno from the file system. */
 int cli_ctr_figures_get(const char *path, bool on_mount, cli_ctr_figures *out);
 
 /* ---- ctr_io.c: moving bytes into and out of containers ---- */
-/* A source of logical bytes: a container or a plain file (or memory). */
+/* A source of logical bytes: a container, a packed file, a plain file (or
+ * memory). */
 typedef struct cli_src {
     int fd;          /* plain file, or -1 */
     sqz_ctr *ctr;    /* container, or NULL */
     const unsigned char *mem; /* memory buffer, or NULL */
     uint64_t len;    /* logical length */
+    bool packed;     /* a packed file: mem holds its checked content */
+    sqz_pack_ptr ptr;          /* its pointer (packed only) */
+    unsigned char *own;        /* malloc'd content freed by close */
+    char err[256];   /* after a failed open: what is damaged, or "" */
 } cli_src;
-/* Open path as a source (a container if it probes as one). 0 or -errno. */
+/* Open path as a source (a container if it probes as one, a packed file's
+ * content when it is one). 0 or -errno; a damaged packed file: -EBADMSG or
+ * -EIO with the reason in s->err. */
 int cli_src_open(const char *path, cli_src *s);
+/* The message for a failed cli_src_open: s->err, else strerror(-r). */
+const char *cli_src_why(const cli_src *s, int r);
 void cli_src_mem(cli_src *s, const void *buf, uint64_t len);
 void cli_src_close(cli_src *s);
 /* Read n bytes at off (short only at EOF). Returns bytes or -errno. */

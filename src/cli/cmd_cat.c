@@ -1,4 +1,6 @@
-/* cat FILE...: the plain bytes of containers (plain files verbatim). */
+/* cat FILE...: the plain bytes of containers and packed files (plain files
+ * verbatim). A damaged file is named on stderr; its bytes are never
+ * written (a packed file's content is checked before any is). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +13,7 @@ static int cat_one(const char *path)
     cli_src in;
     int r = cli_src_open(path, &in);
     if (r < 0) {
-        cli_err("%s: %s", path, strerror(-r));
+        cli_err("%s: %s", path, cli_src_why(&in, r));
         return r;
     }
     if (in.ctr) {

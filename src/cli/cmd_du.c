@@ -9,72 +9,20 @@
  * are counted apart. A damaged container or an entry that cannot be read is
  * named on stderr, counted, left out of the byte figures, and makes the
  * exit status 1. Recompress temporaries (.sqz-tmp.*) in a backing
- * directory are skipped, as the mount hides them. */
+ * directory are skipped, as the mount hides them. A packed file counts
+ * under its algorithm (logical: its length, stored: its stored bytes,
+ * disk: its 0-byte backing file's); the packs (.sqz-tmp.pack.*) count as
+ * no file, but their space is added to DISK (TOTAL and --by-dir lines) so
+ * that the totals are the space BACKING takes. */
 #include <errno.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
 #include "cli.h"
+#include "du.h"
 
 #define PROGRESS_DELAY 1.0     /* seconds before a progress line appears */
-
-typedef struct du_fig {
-    uint64_t files;
-    uint64_t logical; /* uncompressed length (st_size through a mount) */
-    uint64_t stored;  /* stored bytes of the live blocks (plain: st_size) */
-    uint64_t disk;    /* allocated by the backing file: st_blocks * 512 */
-    uint64_t blocks, raw_blocks, hole_blocks;
-} du_fig;
-
-typedef struct du_alg {
-    char name[32];
-    du_fig f;
-} du_alg;
-
-typedef struct du_dir { /* --by-dir: a subdirectory of a PATH, or its top */
-    char *path;
-    bool top;           /* files directly in PATH (or PATH is a file) */
-    bool is_file;       /* top, and PATH is a file */
-    du_fig f;
-    uint64_t damaged, unreadable;
-} du_dir;
-
-typedef struct du_problem {
-    char *path;
-    char *what;
-} du_problem;
-
-typedef struct dev_mode {
-    dev_t dev;
-    bool on_mount;
-} dev_mode;
-
-typedef struct ino_set { /* open addressing on (dev, ino) */
-    struct { dev_t dev; ino_t ino; bool used; } *v;
-    size_t cap, n;
-} ino_set;
-
-typedef struct du_ctx {
-    bool json, by_dir;
-    du_alg *algs;
-    size_t nalgs, cap_algs;
-    du_fig plain;
-    uint64_t dirs, symlinks, other, damaged, unreadable;
-    du_problem *problems;
-    size_t nproblems, cap_problems;
-    du_dir *dirv;
-    size_t ndirs, cap_dirs;
-    size_t top, sub;      /* --by-dir buckets of the current PATH */
-    bool have_sub;
-    dev_mode *modes;
-    size_t nmodes;
-    ino_set links;
-    cli_progress pg;
-    char why[512];        /* the container library's last message */
-    bool oom;
-} du_ctx;
 
 static void fig_add(du_fig *a, const du_fig *b)
 {
@@ -187,7 +135,9 @@ static void problem(du_ctx *x, const char *path, const char *rel, bool damaged,
                     const char *what)
 {
     if (damaged) {
-        if (x->why[0])
+        if (!strncmp(x->why, "damaged ", 8))
+            cli_err("%s: %s", path, x->why);
+        else if (x->why[0])
             cli_err("%s: damaged container (%s)", path, x->why);
         else
             cli_err("%s: damaged container", path);
@@ -247,9 +197,26 @@ static int on_mount_dev(du_ctx *x, const char *path, dev_t dev, bool *on)
     return 0;
 }
 
+/* A pack file: no user file, but its space is in the DISK totals. */
+static void count_pack(du_ctx *x, const char *path, const char *rel,
+                       const struct stat *st)
+{
+    uint64_t disk = (uint64_t)st->st_blocks * 512;
+    x->packs.count++;
+    x->packs.bytes += (uint64_t)st->st_size;
+    x->packs.disk += disk;
+    du_dir *d = bucket(x, path, rel);
+    if (d)
+        d->f.disk += disk;
+}
+
 static int count_file(du_ctx *x, const char *path, const char *rel,
                       const struct stat *st)
 {
+    if (cli_is_pack_name(path)) {
+        count_pack(x, path, rel, st);
+        return 0;
+    }
     if (cli_is_own_hidden(path) && rel[0])
         return 0;
     if (st->st_nlink > 1) {
@@ -264,6 +231,8 @@ static int count_file(du_ctx *x, const char *path, const char *rel,
     cli_ctr_figures cf;
     x->why[0] = '\0';
     r = cli_ctr_figures_get(path, on, &cf);
+    if (r < 0 && cf.why[0])
+        snprintf(x->why, sizeof x->why, "%s", cf.why);
     du_fig f = {.files = 1};
     if (r == 0) {
         f.logical = cf.uncompressed;
@@ -276,6 +245,8 @@ static int count_file(du_ctx *x, const char *path, const char *rel,
         if (!a)
             return -ENOMEM;
         fig_add(&a->f, &f);
+        if (cf.packed)
+            fig_add(&x->packed, &f);
     } else if (r == -EMEDIUMTYPE) {
         f.logical = f.stored = (uint64_t)st->st_size;
         f.disk = (uint64_t)st->st_blocks * 512;
@@ -328,173 +299,9 @@ static int walk_error(void *user, const char *path, const char *rel, int err)
     return 0;
 }
 
-/* ---- output ---- */
-
-static void human(uint64_t b, char *buf, size_t n)
-{
-    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB"};
-    if (b < 1024) {
-        snprintf(buf, n, "%llu B", (unsigned long long)b);
-        return;
-    }
-    double v = (double)b / 1024;
-    int u = 0;
-    while (v >= 1024 && u < 4) {
-        v /= 1024;
-        u++;
-    }
-    snprintf(buf, n, "%.1f %s", v, units[u]);
-}
-
-static double ratio(uint64_t num, uint64_t den)
-{
-    return den ? (double)num / (double)den : NAN;
-}
-
-static void ratio_text(uint64_t logical, uint64_t stored, char *buf, size_t n)
-{
-    if (stored)
-        snprintf(buf, n, "%.2fx", (double)logical / (double)stored);
-    else
-        snprintf(buf, n, "-");
-}
-
-static void text_row(const char *name, const du_fig *f, bool blocks)
-{
-    char l[32], s[32], d[32], r[32];
-    human(f->logical, l, sizeof l);
-    human(f->stored, s, sizeof s);
-    human(f->disk, d, sizeof d);
-    ratio_text(f->logical, f->stored, r, sizeof r);
-    printf("%-8s %8llu %11s %11s %11s %8s", name, (unsigned long long)f->files, l, s,
-           d, r);
-    if (blocks)
-        printf(" %10llu %10llu %10llu\n", (unsigned long long)f->blocks,
-               (unsigned long long)f->raw_blocks, (unsigned long long)f->hole_blocks);
-    else
-        printf(" %10s %10s %10s\n", "-", "-", "-");
-}
-
-static void dir_row(const char *name, const char *suffix, const du_fig *f)
-{
-    char l[32], s[32], d[32], r[32];
-    human(f->logical, l, sizeof l);
-    human(f->stored, s, sizeof s);
-    human(f->disk, d, sizeof d);
-    ratio_text(f->logical, f->stored, r, sizeof r);
-    printf("%8llu %11s %11s %11s %8s  %s%s\n", (unsigned long long)f->files, l, s, d, r,
-           name, suffix);
-}
-
-static void footer(const du_ctx *x)
-{
-    printf("directories: %llu  symlinks: %llu  other: %llu  damaged: %llu  "
-           "unreadable: %llu\n",
-           (unsigned long long)x->dirs, (unsigned long long)x->symlinks,
-           (unsigned long long)x->other, (unsigned long long)x->damaged,
-           (unsigned long long)x->unreadable);
-}
-
 static int cmp_alg(const void *a, const void *b)
 {
     return strcmp(((const du_alg *)a)->name, ((const du_alg *)b)->name);
-}
-
-static void json_fig_fields(json_w *w, const du_fig *f)
-{
-    json_key(w, "files"); json_u64(w, f->files);
-    json_key(w, "logical_bytes"); json_u64(w, f->logical);
-    json_key(w, "stored_bytes"); json_u64(w, f->stored);
-    json_key(w, "disk_bytes"); json_u64(w, f->disk);
-    json_key(w, "ratio"); json_double(w, ratio(f->logical, f->stored));
-    json_key(w, "disk_ratio"); json_double(w, ratio(f->logical, f->disk));
-    json_key(w, "blocks"); json_u64(w, f->blocks);
-    json_key(w, "raw_blocks"); json_u64(w, f->raw_blocks);
-    json_key(w, "hole_blocks"); json_u64(w, f->hole_blocks);
-}
-
-static void json_fig(json_w *w, const char *key, const du_fig *f)
-{
-    json_key(w, key);
-    json_begin_obj(w);
-    json_fig_fields(w, f);
-    json_end_obj(w);
-}
-
-static void print_json(const du_ctx *x, int npaths, char **paths,
-                       const du_fig *containers, const du_fig *total)
-{
-    json_w w;
-    json_init(&w, stdout, true);
-    json_begin_obj(&w);
-    json_key(&w, "paths");
-    json_begin_arr(&w);
-    for (int i = 0; i < npaths; i++)
-        json_str(&w, paths[i]);
-    json_end_arr(&w);
-    json_key(&w, "algorithms");
-    json_begin_obj(&w);
-    for (size_t i = 0; i < x->nalgs; i++)
-        json_fig(&w, x->algs[i].name, &x->algs[i].f);
-    json_end_obj(&w);
-    json_fig(&w, "containers", containers);
-    json_fig(&w, "plain", &x->plain);
-    json_fig(&w, "total", total);
-    json_key(&w, "directories"); json_u64(&w, x->dirs);
-    json_key(&w, "symlinks"); json_u64(&w, x->symlinks);
-    json_key(&w, "other"); json_u64(&w, x->other);
-    json_key(&w, "damaged"); json_u64(&w, x->damaged);
-    json_key(&w, "unreadable"); json_u64(&w, x->unreadable);
-    json_key(&w, "problems");
-    json_begin_arr(&w);
-    for (size_t i = 0; i < x->nproblems; i++) {
-        json_begin_obj(&w);
-        json_key(&w, "path"); json_str(&w, x->problems[i].path);
-        json_key(&w, "error"); json_str(&w, x->problems[i].what);
-        json_end_obj(&w);
-    }
-    json_end_arr(&w);
-    if (x->by_dir) {
-        json_key(&w, "by_dir");
-        json_begin_arr(&w);
-        for (size_t i = 0; i < x->ndirs; i++) {
-            const du_dir *d = &x->dirv[i];
-            json_begin_obj(&w);
-            json_key(&w, "path"); json_str(&w, d->path);
-            json_key(&w, "top_level"); json_bool(&w, d->top);
-            json_fig_fields(&w, &d->f);
-            json_key(&w, "damaged"); json_u64(&w, d->damaged);
-            json_key(&w, "unreadable"); json_u64(&w, d->unreadable);
-            json_end_obj(&w);
-        }
-        json_end_arr(&w);
-    }
-    json_end_obj(&w);
-}
-
-static void print_text(const du_ctx *x, const du_fig *total)
-{
-    if (x->by_dir) {
-        printf("%8s %11s %11s %11s %8s  %s\n", "FILES", "LOGICAL", "STORED", "DISK",
-               "RATIO", "DIRECTORY");
-        for (size_t i = 0; i < x->ndirs; i++) {
-            const du_dir *d = &x->dirv[i];
-            /* a PATH's own files: only when it has some */
-            if (d->top && d->f.files == 0 && d->damaged == 0 && d->unreadable == 0)
-                continue;
-            dir_row(d->path, d->top && !d->is_file ? " (top level)" : "", &d->f);
-        }
-        dir_row("TOTAL", "", total);
-    } else {
-        printf("%-8s %8s %11s %11s %11s %8s %10s %10s %10s\n", "TYPE", "FILES",
-               "LOGICAL", "STORED", "DISK", "RATIO", "BLOCKS", "RAW", "HOLES");
-        for (size_t i = 0; i < x->nalgs; i++)
-            text_row(x->algs[i].name, &x->algs[i].f, true);
-        if (x->plain.files)
-            text_row("plain", &x->plain, false);
-        text_row("TOTAL", total, true);
-    }
-    footer(x);
 }
 
 static int usage(void)
@@ -558,10 +365,11 @@ int cmd_du(int argc, char **argv)
             fig_add(&containers, &x.algs[i].f);
         total = containers;
         fig_add(&total, &x.plain);
+        total.disk += x.packs.disk;
         if (x.json)
-            print_json(&x, npaths, paths, &containers, &total);
+            du_print_json(&x, npaths, paths, &containers, &total);
         else
-            print_text(&x, &total);
+            du_print_text(&x, &total);
         fflush(stdout);
         if (x.damaged || x.unreadable)
             rc = CLI_FAIL;

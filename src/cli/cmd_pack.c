@@ -1,5 +1,8 @@
 /* pack SRC DST: plain files/trees -> containers;
- * unpack SRC DST: containers -> plain files/trees. */
+ * unpack SRC DST: containers -> plain files/trees.
+ * A packed file of SRC (a BACKING tree) is read as its content: unpack
+ * writes it as a plain file, pack as a container (SRC is never changed).
+ * Pack files (.sqz-tmp.pack.*) are storage, not files: never copied. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -28,7 +31,7 @@ static int pack_file(pack_ctx *x, const char *src, const char *dst,
     cli_src in;
     int r = cli_src_open(src, &in);
     if (r < 0) {
-        cli_err("%s: %s", src, strerror(-r));
+        cli_err("%s: %s", src, cli_src_why(&in, r));
         return r;
     }
     sqz_params p;
@@ -99,7 +102,7 @@ static int unpack_file(pack_ctx *x, const char *src, const char *dst,
     cli_src in;
     int r = cli_src_open(src, &in);
     if (r < 0) {
-        cli_err("%s: %s", src, strerror(-r));
+        cli_err("%s: %s", src, cli_src_why(&in, r));
         return r;
     }
     int fd = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
@@ -149,6 +152,8 @@ static int visit_pre(void *user, const char *path, const char *rel,
                      const struct stat *st)
 {
     pack_ctx *x = user;
+    if (S_ISREG(st->st_mode) && rel[0] && cli_is_pack_name(path))
+        return 0; /* its packed files are written with their content */
     char *dst = path_join(x->dst_root, rel);
     if (!dst)
         return -ENOMEM;
@@ -190,12 +195,11 @@ static int visit_post(void *user, const char *path, const char *rel,
 static int count_pre(void *user, const char *path, const char *rel,
                      const struct stat *st)
 {
-    (void)rel;
     pack_ctx *x = user;
-    if (!S_ISREG(st->st_mode))
+    if (!S_ISREG(st->st_mode) || (rel[0] && cli_is_pack_name(path)))
         return 0;
     uint64_t n = (uint64_t)st->st_size;
-    if (x->unpack) {
+    if (x->unpack || n == 0) { /* containers and packed files */
         cli_src s;
         if (cli_src_open(path, &s) == 0) {
             n = s.len;

@@ -28,7 +28,9 @@ typedef struct recomp_ctx {
 static int choose_params(recomp_ctx *x, const char *path, cli_src *src,
                          sqz_params *p)
 {
-    const sqz_params *cur = src->ctr ? sqz_ctr_params(src->ctr) : NULL;
+    const sqz_params *cur = src->ctr      ? sqz_ctr_params(src->ctr)
+                            : src->packed ? &src->ptr.params
+                                          : NULL;
     int bs = cur ? cur->log2bs : SQZ_LOG2BS_DEFAULT;
     unsigned ms = cur ? cur->min_saving : SQZ_MIN_SAVING_DEFAULT;
     if (x->spec_text)
@@ -61,6 +63,9 @@ static int rewrite(recomp_ctx *x, const char *path, const struct stat *st)
     char before[64] = "plain";
     if (src.ctr)
         cli_params_spec(sqz_ctr_params(src.ctr), before, sizeof before);
+    else if (src.packed) /* rewritten as a container; its entry is left to
+                            the daemon's reclaiming of packs */
+        cli_params_spec(&src.ptr.params, before, sizeof before);
     sqz_params p;
     if ((r = choose_params(x, path, &src, &p)) < 0) {
         cli_src_close(&src);

@@ -1,6 +1,7 @@
-/* stat [--json] PATH...: a container's figures, as kdb+'s -21!. On a mount
- * they come from the daemon (xattr user.squeezefs.stat), else from opening
- * the path as a container (ctr_stat.c). */
+/* stat [--json] PATH...: a container's (or packed file's) figures, as
+ * kdb+'s -21!. On a mount they come from the daemon (xattr
+ * user.squeezefs.stat), else from opening the path as a container or a
+ * packed file (ctr_stat.c). */
 #include <errno.h>
 #include <string.h>
 
@@ -23,6 +24,10 @@ static void print_json(json_w *w, const char *path, const cli_ctr_figures *fs)
     json_key(w, "backingSize"); json_u64(w, fs->backing_size);
     json_key(w, "backingAlloc"); json_u64(w, fs->backing_alloc);
     json_key(w, "auto"); json_bool(w, fs->is_auto);
+    json_key(w, "packed"); json_bool(w, fs->packed);
+    if (fs->pack[0]) {
+        json_key(w, "pack"); json_str(w, fs->pack);
+    }
     json_end_obj(w);
 }
 
@@ -44,6 +49,9 @@ static void print_text(const char *path, const cli_ctr_figures *fs, bool first)
     printf("  backingSize:        %llu\n", (unsigned long long)fs->backing_size);
     printf("  backingAlloc:       %llu\n", (unsigned long long)fs->backing_alloc);
     printf("  auto:               %s\n", fs->is_auto ? "true" : "false");
+    printf("  packed:             %s\n", fs->packed ? "true" : "false");
+    if (fs->pack[0])
+        printf("  pack:               %s\n", fs->pack);
 }
 
 int cmd_stat(int argc, char **argv)
@@ -74,7 +82,9 @@ int cmd_stat(int argc, char **argv)
             continue;
         }
         if (r < 0) {
-            if (r == -EBADMSG)
+            if (r == -EBADMSG && fs.why[0])
+                cli_err("%s: %s", path, fs.why);
+            else if (r == -EBADMSG)
                 cli_err("%s: damaged container", path);
             else if (r != -EPROTO) /* -EPROTO: already said */
                 cli_err("%s: %s", path, strerror(-r));

@@ -1,6 +1,8 @@
 /* verify [-v] [--json] PATH...: check every container under the paths
- * (header, anchors, index, every block's checksum and decompression) and
- * name each damaged file and block, and every uncommitted tail.
+ * (header, anchors, index, every block's checksum and decompression), every
+ * packed file (its pointer, and its entry read, checked and decompressed)
+ * and every pack file (each entry's header and checksum), and name each
+ * damaged file and block, and every uncommitted tail.
  * Exit status: 0 clean, 1 damaged (or unreadable), 3 no damage but an
  * uncommitted tail (bytes after the last valid commit: left by a crash
  * before the data was synced, or damage that cannot be told apart from
@@ -72,25 +74,125 @@ static void json_file(verify_ctx *x, const char *path, const char *status,
     x->nmsgs = 0;
 }
 
+static void file_error(verify_ctx *x, const char *path, int err)
+{
+    cli_err("%s: %s", path, strerror(err));
+    if (x->json)
+        json_file(x, path, "error", 0, strerror(err));
+    x->errors++;
+}
+
+/* One damaged file with one problem. */
+static void damaged_one(verify_ctx *x, const char *path, const char *why)
+{
+    x->current = path;
+    report(x, why);
+    if (x->json)
+        json_file(x, path, "damaged", 0, NULL);
+    else
+        printf("%s: DAMAGED (1 problem)\n", path);
+    x->checked++;
+    x->damaged++;
+}
+
+/* A pack file (.sqz-tmp.pack.*): every entry's header and checksum. */
+static void verify_pack(verify_ctx *x, const char *path, int fd)
+{
+    long entries;
+    uint64_t end, tail;
+    char err[256] = "";
+    int r = cli_pack_check(fd, path, &entries, &end, &tail, err, sizeof err);
+    if (r == -EBADMSG) {
+        damaged_one(x, path, err[0] ? err : "damaged pack");
+        return;
+    }
+    if (r < 0) {
+        file_error(x, path, -r);
+        return;
+    }
+    x->checked++;
+    if (r == 1) {
+        x->tails++;
+        if (x->json)
+            json_file(x, path, "tail", tail, NULL);
+        else
+            printf("%s: uncommitted tail, %" PRIu64 " bytes (from offset %" PRIu64
+                   " of this pack no entry can be read, and no packed file points "
+                   "there: an append torn by a crash, or damage that cannot be "
+                   "told from one)\n", path, tail, end);
+    } else if (x->json) {
+        json_file(x, path, "ok", 0, NULL);
+    } else if (x->verbose) {
+        printf("%s: ok (pack, %ld entr%s)\n", path, entries,
+               entries == 1 ? "y" : "ies");
+    }
+}
+
+/* A 0-byte file or a torn creation (torn: its size) with a pack pointer:
+ * its entry read and checked. 1 done, 0 no pointer (not packed). */
+static int verify_packed(verify_ctx *x, const char *path, int fd, uint64_t torn)
+{
+    sqz_pack_ptr p;
+    void *buf;
+    char err[256] = "";
+    int r = cli_packed_load(fd, path, &p, &buf, err, sizeof err);
+    if (r == 0)
+        return 0;
+    if (r == -EBADMSG || r == -EIO) {
+        damaged_one(x, path, err);
+        return 1;
+    }
+    if (r < 0) {
+        file_error(x, path, -r);
+        return 1;
+    }
+    free(buf);
+    x->checked++;
+    char name[SQZ_PACK_NAME_MAX];
+    sqz_pack_name(p.pack_id, name);
+    if (torn) {
+        x->tails++;
+        if (x->json)
+            json_file(x, path, "tail", torn, NULL);
+        else
+            printf("%s: uncommitted tail, %" PRIu64 " bytes (an unpacking torn by "
+                   "a crash: the packed content in %s counts)\n", path, torn, name);
+    } else if (x->json) {
+        json_file(x, path, "ok", 0, NULL);
+    } else if (x->verbose) {
+        printf("%s: ok (packed in %s)\n", path, name);
+    }
+    return 1;
+}
+
 static int verify_file(void *user, const char *path, const char *rel,
                        const struct stat *st)
 {
     verify_ctx *x = user;
     if (!S_ISREG(st->st_mode))
         return 0;
+    bool pack = cli_is_pack_name(path);
     /* the writer lock and recompress temporaries of a live mount */
-    if (cli_is_own_hidden(path) && rel[0])
+    if (!pack && cli_is_own_hidden(path) && rel[0])
         return 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
-        int e = errno;
-        cli_err("%s: %s", path, strerror(e));
-        if (x->json)
-            json_file(x, path, "error", 0, strerror(e));
-        x->errors++;
+        file_error(x, path, errno);
+        return 0;
+    }
+    if (pack) {
+        verify_pack(x, path, fd);
+        close(fd);
+        fflush(stdout);
         return 0;
     }
     int pr = sqz_ctr_probe_fd(fd);
+    if ((st->st_size == 0 || pr == SQZ_PROBE_TORN) &&
+        verify_packed(x, path, fd, pr == SQZ_PROBE_TORN ? (uint64_t)st->st_size : 0)) {
+        close(fd);
+        fflush(stdout);
+        return 0;
+    }
     if (pr == SQZ_PROBE_TORN) {
         uint64_t n = (uint64_t)st->st_size;
         if (x->json)

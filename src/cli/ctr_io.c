@@ -35,6 +35,23 @@ int cli_src_open(const char *path, cli_src *s)
         close(fd);
         return pr;
     }
+    /* a packed file: its content, read and checked; a torn creation with
+     * a pointer is an unpacking torn by a crash: the packed content */
+    if (st.st_size == 0 || pr == SQZ_PROBE_TORN) {
+        void *buf;
+        int r = cli_packed_load(fd, path, &s->ptr, &buf, s->err, sizeof s->err);
+        if (r != 0)
+            close(fd);
+        if (r < 0)
+            return r;
+        if (r == 1) {
+            s->packed = true;
+            s->own = buf;
+            s->mem = buf;
+            s->len = s->ptr.length;
+            return 0;
+        }
+    }
     if (pr == 1) {
         int r = sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, path, &s->ctr);
         if (r < 0)
@@ -46,6 +63,11 @@ int cli_src_open(const char *path, cli_src *s)
     /* a torn lazy creation is an empty file: its bytes are not content */
     s->len = pr == SQZ_PROBE_TORN ? 0 : (uint64_t)st.st_size;
     return 0;
+}
+
+const char *cli_src_why(const cli_src *s, int r)
+{
+    return s->err[0] ? s->err : strerror(-r);
 }
 
 void cli_src_mem(cli_src *s, const void *buf, uint64_t len)
@@ -62,6 +84,8 @@ void cli_src_close(cli_src *s)
         sqz_ctr_close(s->ctr);
     if (s->fd >= 0)
         close(s->fd);
+    free(s->own);
+    s->own = NULL;
     s->ctr = NULL;
     s->fd = -1;
     s->mem = NULL;

@@ -1,14 +1,47 @@
-/* The figures of one container, as `squeezefs stat` shows them and
- * `squeezefs du` adds them up. On a mount they come from the daemon (xattr
- * user.squeezefs.stat, which also commits the file's dirty blocks first),
- * else from opening the path as a container. */
+/* The figures of one container or packed file, as `squeezefs stat` shows
+ * them and `squeezefs du` adds them up. On a mount they come from the
+ * daemon (xattr user.squeezefs.stat, which also commits the file's dirty
+ * blocks first), else from opening the path as a container or reading a
+ * packed file's pointer and entry. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli.h"
+
+/* A packed file's figures: 1, 0 not packed, or -errno (-EBADMSG: damaged,
+ * fs->why says what). Its entry is read and checked, so a missing pack
+ * or a damaged entry is never shown as a file. */
+static int from_packed(int fd, const char *path, const struct stat *bst,
+                       cli_ctr_figures *fs)
+{
+    sqz_pack_ptr p;
+    void *buf;
+    int r = cli_packed_load(fd, path, &p, &buf, fs->why, sizeof fs->why);
+    if (r <= 0)
+        return r == -EIO ? -EBADMSG : r;
+    free(buf);
+    const char *name = sqz_alg_name(p.params.alg);
+    snprintf(fs->algorithm, sizeof fs->algorithm, "%s", name ? name : "?");
+    fs->level = p.params.level;
+    fs->log2bs = p.params.log2bs;
+    fs->uncompressed = p.length;
+    /* as the daemon counts it: the bytes its entry takes in the pack */
+    fs->compressed = SQZ_PACK_ENTRY_HDR + p.stored_len;
+    fs->stored = p.stored_len;
+    fs->blocks = 1;
+    fs->raw_blocks = p.kind == 2; /* pack.h: 1 compressed, 2 raw */
+    fs->backing_size = (uint64_t)bst->st_size;
+    fs->backing_alloc = (uint64_t)bst->st_blocks * 512;
+    fs->ratio = (double)fs->uncompressed / (double)fs->compressed;
+    fs->is_auto = p.params.auto_mode != 0;
+    fs->packed = true;
+    sqz_pack_name(p.pack_id, fs->pack);
+    return 1;
+}
 
 static int from_container(const char *path, cli_ctr_figures *fs)
 {
@@ -16,6 +49,15 @@ static int from_container(const char *path, cli_ctr_figures *fs)
     if (fd < 0)
         return -errno;
     int pr = sqz_ctr_probe_fd(fd);
+    struct stat bst;
+    if (pr >= 0 && fstat(fd, &bst) == 0 && S_ISREG(bst.st_mode) &&
+        (bst.st_size == 0 || pr == SQZ_PROBE_TORN)) {
+        int r = from_packed(fd, path, &bst, fs);
+        if (r != 0) {
+            close(fd);
+            return r < 0 ? r : 0;
+        }
+    }
     if (pr <= 0 || pr == SQZ_PROBE_TORN) {
         close(fd);
         return pr < 0 ? pr : -EMEDIUMTYPE;
@@ -94,6 +136,9 @@ static int from_mount(const char *path, cli_ctr_figures *fs)
         fs->ratio = f->num;
     if (r == 0 && (r = need(path, &o, "auto", JSON_BOOL, &f)) == 0)
         fs->is_auto = f->b;
+    /* "packed": daemons that pack files say so (older ones do not) */
+    if (r == 0 && (f = json_flat_get(&o, "packed")) && f->kind == JSON_BOOL)
+        fs->packed = f->b;
     json_flat_free(&o);
     return r;
 }

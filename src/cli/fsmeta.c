@@ -1,4 +1,5 @@
-/* Copying file metadata: mode, owner (as root), times, user.* xattrs. */
+/* Copying file metadata: mode, owner (as root), times, user.* xattrs (not
+ * the pointer of a packed file). */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -22,7 +23,9 @@ static void copy_xattrs(const char *from, int to_fd, const char *to_path)
     n = llistxattr(from, names, (size_t)n);
     for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(names + off) + 1) {
         const char *name = names + off;
-        if (strncmp(name, "user.", 5))
+        /* a pack pointer means something only next to its pack: the
+         * copy is written with the content itself */
+        if (strncmp(name, "user.", 5) || !strcmp(name, SQZ_PACK_XATTR))
             continue;
         ssize_t vl = lgetxattr(from, name, NULL, 0);
         char *val = vl >= 0 ? malloc((size_t)vl + 1) : NULL;

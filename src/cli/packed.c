@@ -1,0 +1,165 @@
+/* Packed files (include/squeezefs/pack.h, docs/FORMAT.md "Packed files")
+ * as the offline tools see them in a BACKING directory: the content of a
+ * packed file, and the check of a pack file. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/xattr.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static const char *base_name(const char *path)
+{
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+int cli_is_pack_name(const char *path)
+{
+    uint64_t id;
+    return sqz_pack_name_parse(base_name(path), &id);
+}
+
+/* The directory that holds path (symlinks resolved), O_RDONLY. */
+static int parent_dirfd(const char *path)
+{
+    char abs[PATH_MAX];
+    if (!realpath(path, abs))
+        return -errno;
+    char *slash = strrchr(abs, '/');
+    if (!slash)
+        return -EINVAL;
+    if (slash == abs)
+        slash[1] = '\0';
+    else
+        *slash = '\0';
+    int fd = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return fd < 0 ? -errno : fd;
+}
+
+/* "damaged packed file: " + the library's reason without its "packed: ". */
+static void damaged(char *err, size_t errlen, const char *why)
+{
+    if (!err || !errlen)
+        return;
+    if (!strncmp(why, "packed: ", 8))
+        why += 8;
+    snprintf(err, errlen, "damaged packed file: %s", why[0] ? why : "unreadable");
+}
+
+int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
+                    char *err, size_t errlen)
+{
+    *buf = NULL;
+    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
+    char why[200] = "";
+    ssize_t n = fgetxattr(fd, SQZ_PACK_XATTR, b, sizeof b);
+    if (n < 0) {
+        if (errno == ENODATA || errno == ENOTSUP)
+            return 0;
+        if (errno != ERANGE)
+            return -errno;
+        n = (ssize_t)sizeof b; /* longer than a pointer: damaged */
+    }
+    int r = sqz_pack_ptr_decode(b, (size_t)n, p, why, sizeof why);
+    if (r == 0) {
+        int dfd = parent_dirfd(path);
+        if (dfd < 0)
+            return dfd;
+        void *data = malloc(p->length);
+        if (!data) {
+            close(dfd);
+            return -ENOMEM;
+        }
+        r = sqz_pack_read(dfd, p, data, why, sizeof why);
+        close(dfd);
+        if (r == 0) {
+            *buf = data;
+            return 1;
+        }
+        free(data);
+    }
+    if (r == -ENOMEM)
+        return r;
+    damaged(err, errlen, why);
+    return r;
+}
+
+/* 1 if a packed file of directory dir (a 0-byte file with a pointer)
+ * points into the pack id at or after offset from, 0 if none, or -errno. */
+static int pointed_into(const char *dir, uint64_t id, uint64_t from)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -errno;
+    int found = 0;
+    struct dirent *e;
+    while (!found && (errno = 0, e = readdir(d)) != NULL) {
+        if (e->d_type != DT_REG && e->d_type != DT_UNKNOWN)
+            continue;
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+            !S_ISREG(st.st_mode) || st.st_size != 0)
+            continue;
+        char *path = path_join(dir, e->d_name);
+        if (!path) {
+            closedir(d);
+            return -ENOMEM;
+        }
+        sqz_pack_ptr p;
+        int r = sqz_pack_ptr_get(path, &p, NULL, 0);
+        free(path);
+        if (r == 1 && p.pack_id == id && p.off >= from)
+            found = 1;
+    }
+    int e2 = errno;
+    closedir(d);
+    return found ? 1 : e2 ? -e2 : 0;
+}
+
+int cli_pack_check(int fd, const char *path, long *entries, uint64_t *end,
+                   uint64_t *tail, char *err, size_t errlen)
+{
+    uint64_t named = 0, id = 0;
+    *entries = 0;
+    *end = *tail = 0;
+    sqz_pack_name_parse(base_name(path), &named);
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    long n = sqz_pack_check(fd, &id, end, err, errlen);
+    if (n >= 0 && id != named) {
+        snprintf(err, errlen, "pack: its header names another pack (%016llx)",
+                 (unsigned long long)id);
+        return -EBADMSG;
+    }
+    if (n >= 0) {
+        *entries = n;
+        return 0;
+    }
+    if (n != -EBADMSG)
+        return (int)n;
+    /* Entries are appended and synced before any pointer to them exists:
+     * unreadable bytes that no pointer names are what a crash during an
+     * append leaves (or damage that cannot be told from it). */
+    char abs[PATH_MAX];
+    if (!realpath(path, abs))
+        return -errno;
+    char *slash = strrchr(abs, '/');
+    if (slash == abs)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    int r = pointed_into(abs, named, *end);
+    if (r < 0)
+        return r;
+    if (r == 1)
+        return -EBADMSG;
+    *tail = (uint64_t)st.st_size > *end ? (uint64_t)st.st_size - *end : 0;
+    return 1;
+}
