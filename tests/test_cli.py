@@ -4,6 +4,7 @@ import json
 import os
 import random
 import re
+import subprocess
 import stat as st_mod
 
 import pytest
@@ -447,3 +448,256 @@ def test_on_mount_stat_stats_policy(cli, mnt):
     assert (info["algorithm"], info["logicalBlockSize"]) == ("lz4", 16)
     with open(mnt.path("f.txt"), "rb") as f:
         assert f.read() == data
+
+
+# ---- packed files (include/squeezefs/pack.h) in a BACKING directory ----
+# made offline by build/tests/unit/mkpacked (tests/unit/mkpacked.c): the
+# files' contents go into one new pack of their directory, then each file
+# is emptied and given the pointer xattr, as the daemon does.
+
+PACK_RE = re.compile(r"^\.sqz-tmp\.pack\.[0-9a-f]{16}$")
+PTR_XATTR = "user.squeezefs.packed"
+
+
+def mkpacked(files, *opts):
+    """Pack files (all in one directory); returns the pack's path."""
+    from mountlib import squeezefs_bin
+    tool = os.path.join(os.path.dirname(squeezefs_bin()), "tests", "unit", "mkpacked")
+    if not os.path.exists(tool):
+        pytest.fail(f"{tool} not built: build first (ninja -C build)")
+    p = subprocess.run([tool, *opts, *map(str, files)], capture_output=True,
+                       text=True, check=True)
+    name = p.stdout.strip()
+    assert PACK_RE.match(name), name
+    for f in files:
+        assert os.path.getsize(f) == 0 and len(os.getxattr(f, PTR_XATTR)) == 48
+    return os.path.join(os.path.dirname(files[0]), name)
+
+
+def cat_bytes(*paths):
+    from mountlib import squeezefs_bin
+    return subprocess.run([squeezefs_bin(), "cat", *map(str, paths)],
+                          capture_output=True)
+
+
+@pytest.fixture
+def packed_dir(tmp_path):
+    """d/ with packed text.txt, random.bin, one and a container big.sqz;
+    returns (d, {name: content}, pack path)."""
+    if not xattrs_supported(tmp_path):
+        pytest.skip("no user xattrs on the temp file system")
+    d = tmp_path / "d"
+    d.mkdir()
+    want = {"text.txt": text_bytes(20_000, seed=21),
+            "random.bin": random.Random(22).randbytes(3000), "one": b"Z"}
+    for n, data in want.items():
+        (d / n).write_bytes(data)
+    pack = mkpacked([d / n for n in want], "-a", "lz4", "-b", "16")
+    return d, want, pack
+
+
+def flip(path, off):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+@pytest.mark.parametrize("size", [1, 4095, 65536])
+@pytest.mark.parametrize("kind", ["text", "random"])
+@pytest.mark.parametrize("alg", ["zstd", "lz4", "none"])
+def test_packed_cat_round_trip(cli, tmp_path, size, kind, alg):
+    if not xattrs_supported(tmp_path):
+        pytest.skip("no user xattrs on the temp file system")
+    data = text_bytes(size, seed=size) if kind == "text" else random.Random(size).randbytes(size)
+    f = tmp_path / "f"
+    f.write_bytes(data)
+    mkpacked([f], "-a", alg)
+    p = cat_bytes(f)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout == data
+    # with another file around it: each in turn
+    g = tmp_path / "g"
+    g.write_bytes(b"plain\n")
+    assert cat_bytes(g, f, g).stdout == b"plain\n" + data + b"plain\n"
+
+
+def test_packed_stat_figures(cli, tmp_path, packed_dir):
+    d, want, pack = packed_dir
+    (tmp_path / "c.txt").write_bytes(text_bytes(100_000))
+    cli("pack", tmp_path / "c.txt", d / "big.sqz", "--policy", "zstd:3/64K")
+    t, r, c = stat_json(cli, d / "text.txt", d / "random.bin", d / "big.sqz")
+    keys = ["path", "compressedLength", "uncompressedLength", "storedBytes", "algorithm",
+            "zipLevel", "logicalBlockSize", "blocks", "rawBlocks", "holeBlocks", "ratio",
+            "backingSize", "backingAlloc", "auto", "packed"]
+    assert list(c) == keys and c["packed"] is False
+    assert list(t) == keys + ["pack"] and list(r) == keys + ["pack"]
+    for x, name in ((t, "text.txt"), (r, "random.bin")):
+        assert x["packed"] is True and x["pack"] == os.path.basename(pack)
+        assert x["uncompressedLength"] == len(want[name])
+        assert (x["algorithm"], x["zipLevel"], x["logicalBlockSize"]) == ("lz4", 0, 16)
+        assert x["blocks"] == 1 and x["holeBlocks"] == 0 and x["auto"] is False
+        assert x["backingSize"] == 0
+        # the entry: a 48-byte header and the stored bytes
+        assert x["compressedLength"] == 48 + x["storedBytes"]
+        assert x["ratio"] == pytest.approx(x["uncompressedLength"] / x["compressedLength"],
+                                           rel=1e-4)
+    assert t["rawBlocks"] == 0 and t["storedBytes"] < len(want["text.txt"]) * 0.7
+    assert r["rawBlocks"] == 1 and r["storedBytes"] == 3000  # incompressible: raw
+    text = cli("stat", d / "one").stdout
+    assert "packed:             true" in text and os.path.basename(pack) in text
+    assert "packed:             false" in cli("stat", d / "big.sqz").stdout
+
+
+def test_packed_verify_clean(cli, packed_dir):
+    d, want, pack = packed_dir
+    ok = cli("verify", "-v", d)
+    assert ok.returncode == 0
+    # the pack and the three packed files, none of them "plain"
+    assert "4 files checked, 0 damaged\n" in ok.stdout
+    assert "skipped" not in ok.stdout
+    assert f"{pack}: ok (pack, 3 entries)" in ok.stdout
+    for n in want:
+        assert f"{d / n}: ok (packed in {os.path.basename(pack)})" in ok.stdout
+    j = json.loads(cli("verify", "--json", d).stdout)
+    assert {f["path"]: f["status"] for f in j["files"]} == dict(
+        [(pack, "ok")] + [(str(d / n), "ok") for n in want])
+    assert (j["checked"], j["damaged"], j["skipped"], j["exit_status"]) == (4, 0, 0, 0)
+
+
+def test_packed_damaged_entry(cli, packed_dir):
+    d, want, pack = packed_dir
+    flip(pack, 64 + 48 + 3)  # the stored bytes of the first entry (text.txt)
+    bad = cli("verify", d, check=False)
+    assert bad.returncode == 1, bad.stdout
+    assert f"{d / 'text.txt'}: DAMAGED (1 problem)" in bad.stdout
+    assert f"{d / 'text.txt'}: damaged packed file: checksum mismatch" in bad.stdout
+    assert f"{pack}: DAMAGED" in bad.stdout
+    assert str(d / "random.bin") + ": DAMAGED" not in bad.stdout
+    # never wrong bytes: nothing on stdout, the reason on stderr
+    p = cat_bytes(d / "text.txt")
+    assert p.returncode == 1 and p.stdout == b""
+    assert b"text.txt: damaged packed file" in p.stderr
+    assert cat_bytes(d / "random.bin").stdout == want["random.bin"]
+    s = cli("stat", d / "text.txt", check=False)
+    assert s.returncode == 1 and "damaged packed file" in s.stderr
+
+
+@pytest.mark.parametrize("damage", ["flipped", "too-short", "too-long", "other-file"])
+def test_packed_damaged_pointer(cli, packed_dir, damage):
+    d, want, pack = packed_dir
+    f = d / "one"
+    ptr = bytearray(os.getxattr(f, PTR_XATTR))
+    if damage == "flipped":
+        ptr[20] ^= 1
+    elif damage == "too-short":
+        ptr = ptr[:47]
+    elif damage == "too-long":
+        ptr += b"\0"
+    else:  # a valid pointer, but to another file's entry
+        ptr = bytearray(os.getxattr(d / "random.bin", PTR_XATTR))
+    os.setxattr(f, PTR_XATTR, bytes(ptr))
+    bad = cli("verify", d, check=False)
+    if damage == "other-file":
+        # a valid pointer to an intact entry: the other file's content
+        assert bad.returncode == 0 and cat_bytes(f).stdout == want["random.bin"]
+        return
+    assert bad.returncode == 1, bad.stdout
+    assert f"{f}: damaged packed file: " in bad.stdout and f"{f}: DAMAGED" in bad.stdout
+    assert "1 damaged" in bad.stdout
+    p = cat_bytes(f)
+    assert p.returncode == 1 and p.stdout == b"" and b"damaged packed file" in p.stderr
+
+
+def test_packed_pack_missing(cli, packed_dir):
+    d, want, pack = packed_dir
+    os.unlink(pack)
+    bad = cli("verify", "--json", d, check=False)
+    assert bad.returncode == 1
+    j = json.loads(bad.stdout)
+    st = {f["path"]: (f["status"], f["problems"]) for f in j["files"]}
+    assert set(st) == {str(d / n) for n in want}
+    for status, problems in st.values():
+        assert status == "damaged" and "cannot be opened" in problems[0], problems
+    p = cat_bytes(d / "one")
+    assert p.returncode == 1 and p.stdout == b"" and b"cannot be opened" in p.stderr
+
+
+def test_packed_pack_torn_append_is_a_tail(cli, packed_dir):
+    d, want, pack = packed_dir
+    with open(pack, "ab") as f:  # an append a crash cut short: no pointer to it
+        f.write(b"SQPE" + bytes(30))
+    r = cli("verify", d, check=False)
+    assert r.returncode == 3, r.stdout
+    assert f"{pack}: uncommitted tail, 34 bytes" in r.stdout
+    assert "0 damaged" in r.stdout
+
+
+def test_packed_du(cli, tmp_path, packed_dir):
+    d, want, pack = packed_dir
+    (d / "plain.txt").write_bytes(b"p" * 1000)
+    (d / ".sqz-tmp.other").write_bytes(b"x" * 5000)  # still skipped
+    figs = stat_json(cli, *(d / n for n in want))
+    j = json.loads(cli("du", "--json", d).stdout)
+    lz4 = j["algorithms"]["lz4"]
+    assert set(j["algorithms"]) == {"lz4"}
+    assert lz4["files"] == 3 and j["packed"] == lz4
+    assert lz4["logical_bytes"] == sum(map(len, want.values()))
+    assert lz4["stored_bytes"] == sum(f["storedBytes"] for f in figs)
+    assert lz4["blocks"] == 3 and lz4["raw_blocks"] == 2  # random.bin and one
+    disk = os.stat(pack).st_blocks * 512
+    assert j["packs"] == {"count": 1, "bytes": os.path.getsize(pack), "disk_bytes": disk}
+    tot = j["total"]
+    assert tot["files"] == 4 and j["plain"]["files"] == 1
+    assert tot["stored_bytes"] == lz4["stored_bytes"] + 1000
+    assert tot["disk_bytes"] == lz4["disk_bytes"] + j["plain"]["disk_bytes"] + disk
+    text = cli("du", d).stdout.splitlines()
+    rows = {line.split()[0]: line.split() for line in text[1:-1]}
+    assert set(rows) == {"lz4", "plain", "packs", "TOTAL"}
+    assert rows["packs"][1] == "-" and rows["TOTAL"][1] == "4"
+    assert text[-1].endswith("unreadable: 0  packs: 1")
+    by = json.loads(cli("du", "--json", "--by-dir", d).stdout)["by_dir"]
+    assert by[0]["disk_bytes"] == tot["disk_bytes"] and by[0]["files"] == 4
+    # a damaged packed file is named and left out
+    os.setxattr(d / "one", PTR_XATTR, b"x" * 48)
+    p = cli("du", "--json", d, check=False)
+    assert p.returncode == 1 and "one: damaged packed file: damaged pointer" in p.stderr
+    assert json.loads(p.stdout)["algorithms"]["lz4"]["files"] == 2
+
+
+def test_packed_unpack_and_pack_tree(cli, tmp_path, packed_dir):
+    d, want, pack = packed_dir
+    cli("unpack", d, tmp_path / "plain")
+    assert sorted(os.listdir(tmp_path / "plain")) == sorted(want)  # no pack copied
+    for n, data in want.items():
+        assert (tmp_path / "plain" / n).read_bytes() == data
+        assert PTR_XATTR not in os.listxattr(tmp_path / "plain" / n)
+    cli("pack", d, tmp_path / "ctrs", "--policy", "zstd:1/64K")
+    assert sorted(os.listdir(tmp_path / "ctrs")) == sorted(want)
+    for n, data in want.items():
+        c = tmp_path / "ctrs" / n
+        assert PTR_XATTR not in os.listxattr(c)
+        assert stat_json(cli, c)["packed"] is False
+        assert cat_bytes(c).stdout == data
+    # the source is left as it was
+    assert all(os.path.getsize(d / n) == 0 for n in want) and os.path.exists(pack)
+    # a damaged packed file fails unpack, named
+    flip(pack, 64 + 48 + 3)
+    p = cli("unpack", d / "text.txt", tmp_path / "t", check=False)
+    assert p.returncode == 1 and "text.txt: damaged packed file" in p.stderr
+
+
+def test_packed_torn_unpacking_is_the_packed_content(cli, packed_dir):
+    """An unpacking torn by a crash (the start of a container header on the
+    file, the pointer still there): the packed content counts, verify says
+    tail (3), never ok."""
+    d, want, pack = packed_dir
+    f = d / "text.txt"
+    with open(f, "r+b") as fh:  # magic "SQZFS\0\1\x1a", version 2, then cut
+        fh.write(bytes.fromhex("53515a465300011a") + (2).to_bytes(4, "little") + b"\0" * 20)
+    assert cat_bytes(f).stdout == want["text.txt"]
+    assert stat_json(cli, f)["packed"] is True
+    r = cli("verify", f, check=False)
+    assert r.returncode == 3, r.stdout
+    assert f"{f}: uncommitted tail, 32 bytes (an unpacking torn by a crash" in r.stdout
