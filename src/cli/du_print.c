@@ -169,7 +169,8 @@ void du_print_text(const du_ctx *x, const du_fig *total)
         for (size_t i = 0; i < x->ndirs; i++) {
             const du_dir *d = &x->dirv[i];
             /* a PATH's own files: only when it has some */
-            if (d->top && d->f.files == 0 && d->damaged == 0 && d->unreadable == 0)
+            if (d->top && d->f.files == 0 && d->f.disk == 0 && d->damaged == 0 &&
+                d->unreadable == 0)
                 continue;
             dir_row(d->path, d->top && !d->is_file ? " (top level)" : "", &d->f);
         }
