@@ -12,7 +12,8 @@
  *                 u64 oldlen u64 oldsize u64 arg, path, path2, old bytes.
  * Types: 1 write (old bytes of [off, off+oldlen), file size oldsize before),
  *        2 truncate/size change (arg = new size), 3 sync, 4 syncall,
- *        5 rename (path -> path2), 6 unlink.
+ *        5 rename (path -> path2), 6 unlink, 7 exchange (RENAME_EXCHANGE:
+ *        path and path2 swap their inodes).
  * Journal writes go through the raw syscall and are serialised by a mutex.
  * Build: cc -shared -fPIC -O1 -o powerloss_shim.so powerloss_shim.c -ldl -lpthread
  */
@@ -33,7 +34,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum { T_WRITE = 1, T_TRUNC = 2, T_SYNC = 3, T_SYNCALL = 4, T_RENAME = 5, T_UNLINK = 6 };
+enum { T_WRITE = 1, T_TRUNC = 2, T_SYNC = 3, T_SYNCALL = 4, T_RENAME = 5, T_UNLINK = 6,
+       T_EXCHANGE = 7 };
 
 static pthread_mutex_t jlock = PTHREAD_MUTEX_INITIALIZER;
 static int jfd = -1;
@@ -368,12 +370,13 @@ int close(int fd)
     return real_close(fd);
 }
 
-static void journal_rename(int ofd, const char *o, int nfd, const char *n)
+static void journal_rename(int ofd, const char *o, int nfd, const char *n,
+                           int type)
 {
     char a[PATH_MAX], b[PATH_MAX];
     int ua = abs_path(ofd, o, a), ub = abs_path(nfd, n, b);
     if (ua || ub)
-        journal(T_RENAME, ua ? a : "-", ub ? b : "-", 0, NULL, 0, 0, 0);
+        journal(type, ua ? a : "-", ub ? b : "-", 0, NULL, 0, 0, 0);
 }
 
 int rename(const char *o, const char *n)
@@ -381,7 +384,7 @@ int rename(const char *o, const char *n)
     REAL(int, rename, const char *, const char *);
     int r = real_rename(o, n);
     if (r == 0)
-        journal_rename(AT_FDCWD, o, AT_FDCWD, n);
+        journal_rename(AT_FDCWD, o, AT_FDCWD, n, T_RENAME);
     return r;
 }
 
@@ -390,7 +393,7 @@ int renameat(int ofd, const char *o, int nfd, const char *n)
     REAL(int, renameat, int, const char *, int, const char *);
     int r = real_renameat(ofd, o, nfd, n);
     if (r == 0)
-        journal_rename(ofd, o, nfd, n);
+        journal_rename(ofd, o, nfd, n, T_RENAME);
     return r;
 }
 
@@ -398,8 +401,9 @@ int renameat2(int ofd, const char *o, int nfd, const char *n, unsigned int flags
 {
     REAL(int, renameat2, int, const char *, int, const char *, unsigned int);
     int r = real_renameat2(ofd, o, nfd, n, flags);
-    if (r == 0 && !(flags & 2 /* RENAME_EXCHANGE: names keep inodes swapped */))
-        journal_rename(ofd, o, nfd, n);
+    if (r == 0)
+        journal_rename(ofd, o, nfd, n,
+                       (flags & 2 /* RENAME_EXCHANGE */) ? T_EXCHANGE : T_RENAME);
     return r;
 }
 

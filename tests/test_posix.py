@@ -788,6 +788,11 @@ def test_backing_layout(mount_factory):
     # regular files are containers, not the plain content
     assert rd(os.path.join(b, "f")) != data["f"]
     assert os.stat(os.path.join(b, "f")).st_size < len(data["f"]) // 4
+    # a small file is packed: an empty backing file pointing into a pack of
+    # its directory (docs/FORMAT.md "Packed files")
+    h = os.path.join(b, "sub", "deeper", "h")
+    assert os.stat(h).st_size == 0 and "user.squeezefs.packed" in os.listxattr(h)
+    assert [n for n in os.listdir(os.path.dirname(h)) if n.startswith(".sqz-tmp.pack.")]
     v = run_cli("verify", b, check=False)
     assert v.returncode == 0, f"squeezefs verify {b}: {v.stdout}\n{v.stderr}"
     for k, val in data.items():

@@ -20,7 +20,7 @@ from crashlib import (assert_verify_after_crash, check_remount, round_seeds, sta
 from mountlib import run_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-T_WRITE, T_TRUNC, T_SYNC, T_SYNCALL, T_RENAME, T_UNLINK = 1, 2, 3, 4, 5, 6
+T_WRITE, T_TRUNC, T_SYNC, T_SYNCALL, T_RENAME, T_UNLINK, T_EXCHANGE = 1, 2, 3, 4, 5, 6, 7
 HDR = struct.Struct("<4sBHHQQQQ")
 
 
@@ -73,6 +73,15 @@ def unsynced_records(recs):
             if b != "-" and b != a:
                 # before the rename, name b was another (now gone) inode
                 alias[b] = None if a != "-" else alias.get(b)
+        elif t == T_EXCHANGE:
+            # the two names swapped inodes (replace.c): before, each named
+            # what the other names now
+            a, b = r["path"], r["path2"]
+            ra, rb = real(a), real(b)
+            if a != "-":
+                alias[a] = rb if b != "-" else None
+            if b != "-":
+                alias[b] = ra if a != "-" else None
         elif t == T_UNLINK:
             alias[r["path"]] = None
         elif t == T_SYNCALL:

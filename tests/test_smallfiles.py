@@ -159,7 +159,7 @@ def test_open_after_lookup_reuses_the_probed_container(mount_factory, tmp_path):
     unlinked or renamed over through the mount leaves no descriptor of it in
     the daemon once the kernel has forgotten it (its space is freed)."""
     backing = tmp_path / "shared"
-    w = mount_factory(backing=backing, name="w")
+    w = mount_factory(backing=backing, name="w", options=["nopack"])  # containers
     files = {f"f{i}": text(500 + 37 * i, i) for i in range(40)}
     for name, data in files.items():
         with open(w.path(name), "wb") as f:

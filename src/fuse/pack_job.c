@@ -112,6 +112,10 @@ int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
     if (fstat(sqz_ctr_fd(c), &st) != 0 || st.st_nlink != 1 ||
         st.st_size == 0)
         return 0;
+    /* a version-1 file keeps its format until recompress (docs/FORMAT.md) */
+    struct sqz_ctr_stat cs;
+    if (sqz_ctr_stat(c, &cs) != 0 || cs.format_version < 2)
+        return 0;
     struct sqz_pack_cand *x = calloc(1, sizeof(*x));
     if (!x)
         return -ENOMEM;
