@@ -13,7 +13,8 @@
  *     names the old entry, the swaps flushed, then the old pack removed.
  * A crash anywhere leaves every pointer naming a whole, durable entry: the
  * old pack goes only after the new pointers are durable. A pack with an
- * entry that cannot be read back is left alone (verify reports it).
+ * entry that cannot be read back is left alone, and so is every pack of a
+ * directory holding a damaged pointer (verify reports both).
  * Readers that met a pointer just before it was swapped follow it again
  * (content_pack.c). Notes are kept in memory: a directory not touched
  * after a restart is scanned again at its next removal. */
@@ -206,9 +207,16 @@ static int scan(int dfd, struct pack_info **out, size_t *nout)
         uint8_t b[SQZ_PACK_PTR_SIZE];
         ssize_t got = lgetxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
         sqz_pack_ptr p;
+        if (got < 0 && errno != ERANGE)
+            continue; /* no pointer: an empty file */
         if (got != (ssize_t)sizeof(b) ||
-            sqz_pack_ptr_decode(b, sizeof(b), &p, NULL, 0) != 0)
-            continue;
+            sqz_pack_ptr_decode(b, sizeof(b), &p, NULL, 0) != 0) {
+            /* a damaged pointer: which pack it named is unknown, so no
+             * pack of this directory is removed (its data may still be
+             * recovered by hand) */
+            rc = -EBADMSG;
+            break;
+        }
         struct pack_info *x = info_of(pi, n, p.pack_id);
         if (!x)
             continue;
@@ -309,7 +317,10 @@ static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
     int rc = scan(dfd, &pi, &n);
     if (rc) {
         close(dfd);
-        return rc;
+        if (rc == -EBADMSG)
+            sqz_logf(SQZ_LOG_WARN, "squeezefs: a damaged pack pointer in a directory: "
+                     "its packs are kept (squeezefs verify names the file)");
+        return rc == -EBADMSG ? 0 : rc;
     }
     uint64_t busy = sqz_packer_current(fs, &ds);
     sqz_pack_writer w = {.fd = -1};

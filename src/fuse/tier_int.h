@@ -17,6 +17,7 @@ enum sqz_tier_state {
     SQZ_TS_LINKS,    /* several hard links: never tiered */
     SQZ_TS_DAMAGED,  /* container cannot be opened */
     SQZ_TS_DIR,      /* a directory: policy only */
+    SQZ_TS_PACKED,   /* a packed small file: stays packed, never tiered */
 };
 
 struct sqz_tier_status {

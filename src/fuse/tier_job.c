@@ -44,6 +44,7 @@ static const char *const state_names[] = {
     [SQZ_TS_NONE] = "no-after",   [SQZ_TS_DONE] = "done",
     [SQZ_TS_WRITING] = "writing", [SQZ_TS_LINKS] = "links",
     [SQZ_TS_DAMAGED] = "damaged", [SQZ_TS_DIR] = "directory",
+    [SQZ_TS_PACKED] = "packed",
 };
 
 void sqz_tier_lower_priority(void)
@@ -132,6 +133,8 @@ int sqz_tier_status_get(struct sqz_fs *fs, struct sqz_inode *in,
     }
     if (rc == -EIO)
         st->state = SQZ_TS_DAMAGED;
+    else if (rc == 0 && cst.packed_bytes)
+        st->state = SQZ_TS_PACKED;
     else if (r.after_s < 0)
         st->state = SQZ_TS_NONE;
     else if (!plain && stored_as(&cst.params, &r.aged))
