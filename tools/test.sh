@@ -186,13 +186,13 @@ st_pytest() {
         run_pytest "$PYTEST_TIMEOUT" tests/ --basetemp="$WORK/pytest" "${EXTRA_PYTEST[@]}"
 }
 
-# The ASan/UBSan daemon under the POSIX, CLI and fsx tests. Sanitizer
+# The ASan/UBSan daemon under the POSIX, CLI, fsx and packed-file tests. Sanitizer
 # reports go to files (also when the daemon runs detached from a test's
 # stderr); any report fails the stage.
 st_pytest_asan() {
     [[ -x build-asan/squeezefs ]] || { echo "build-asan/squeezefs missing: the build failed" >&2; return 1; }
     local files=() f
-    for f in tests/test_posix.py tests/test_cli.py tests/test_fsx*.py; do
+    for f in tests/test_posix.py tests/test_cli.py tests/test_fsx*.py tests/test_pack.py; do
         [[ -f $f ]] && files+=("$f")
     done
     [[ ${#files[@]} -gt 0 ]] || { echo "none of tests/test_posix.py, test_cli.py, test_fsx*.py exist" >&2; return 1; }
@@ -209,12 +209,12 @@ st_pytest_asan() {
     return "$rc"
 }
 
-# The TSan daemon under the concurrency, stress, integrity, tiering and
-# small-file suites (with
+# The TSan daemon under the concurrency, stress, integrity, tiering,
+# small-file and packed-file suites (with
 # --long also the POSIX and fault suites). Any TSan report fails the stage.
 st_pytest_tsan() {
     [[ -x build-tsan/squeezefs ]] || { echo "build-tsan/squeezefs missing: the build failed" >&2; return 1; }
-    local files=(tests/test_concurrency.py tests/test_stress.py tests/test_integrity.py tests/test_tier.py tests/test_smallfiles.py)
+    local files=(tests/test_concurrency.py tests/test_stress.py tests/test_integrity.py tests/test_tier.py tests/test_smallfiles.py tests/test_pack.py)
     [[ $LONG -eq 1 ]] && files+=(tests/test_posix.py tests/test_faults.py)
     local logs=$WORK/tsan rc=0
     mkdir -p "$logs"
