@@ -33,7 +33,7 @@ extern "C" {
 #define SQZ_PACK_HDR_SIZE 64u
 #define SQZ_PACK_ENTRY_HDR 48u
 /* Files of at most this logical length (and of one block) are packed. */
-#define SQZ_PACK_MAX_LENGTH 65536u
+#define SQZ_PACK_MAX_LENGTH 131072u
 /* A pack is closed for appends at this size; the next one is started. */
 #define SQZ_PACK_MAX_SIZE (8u << 20)
 

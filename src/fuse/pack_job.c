@@ -33,7 +33,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define SQZ_PACK_OPEN_MAX 32 /* packs kept open for appends */
+#define SQZ_PACK_OPEN_MAX 32 /* packs kept open between batches */
 
 struct open_pack {
     dev_t dev;
@@ -45,8 +45,9 @@ struct open_pack {
 };
 
 struct sqz_packer {
-    struct open_pack p[SQZ_PACK_OPEN_MAX];
-    size_t n;
+    struct open_pack *p;  /* a batch opens as many as it needs; at most
+                             SQZ_PACK_OPEN_MAX stay open after it */
+    size_t n, cap;
     uint64_t batch;
     int disabled;         /* the backing file system refused the pointer */
     /* statistics (read by other threads) */
@@ -85,6 +86,7 @@ void sqz_packer_free(struct sqz_fs *fs)
         return;
     for (size_t i = 0; i < pk->n; i++)
         drop(&pk->p[i]);
+    free(pk->p);
     free(pk);
     fs->packer = NULL;
 }
@@ -188,23 +190,18 @@ static struct open_pack *pack_for(struct sqz_packer *pk, struct sqz_inode *in,
         dfd = -1;
     }
     if (!op) {
-        if (pk->n == SQZ_PACK_OPEN_MAX) { /* evict the least recently used
-                                             one not used in this batch */
-            size_t lru = SIZE_MAX;
-            for (size_t i = 0; i < pk->n; i++)
-                if (!pk->p[i].touched &&
-                    (lru == SIZE_MAX || pk->p[i].used < pk->p[lru].used))
-                    lru = i;
-            if (lru == SIZE_MAX) {
+        if (pk->n == pk->cap) {
+            size_t nc = pk->cap ? pk->cap * 2 : SQZ_PACK_OPEN_MAX;
+            struct open_pack *np = realloc(pk->p, nc * sizeof(*np));
+            if (!np) {
                 close(dfd);
-                *err = -EBUSY;
+                *err = -ENOMEM;
                 return NULL;
             }
-            drop(&pk->p[lru]);
-            op = &pk->p[lru];
-        } else {
-            op = &pk->p[pk->n++];
+            pk->p = np;
+            pk->cap = nc;
         }
+        op = &pk->p[pk->n++];
         memset(op, 0, sizeof(*op));
         op->dev = ds.st_dev;
         op->ino = ds.st_ino;
@@ -322,6 +319,15 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
             }
             pk->failed++;
         }
+    }
+    /* keep the most recently used packs open, close the others */
+    while (pk->n > SQZ_PACK_OPEN_MAX) {
+        size_t lru = 0;
+        for (size_t i = 1; i < pk->n; i++)
+            if (pk->p[i].used < pk->p[lru].used)
+                lru = i;
+        drop(&pk->p[lru]);
+        pk->p[lru] = pk->p[--pk->n];
     }
 }
 

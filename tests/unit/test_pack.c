@@ -65,7 +65,7 @@ static void test_roundtrip(const char *dir)
     REQUIRE(dfd >= 0);
     static const sqz_alg algs[] = {SQZ_ALG_NONE, SQZ_ALG_QIPC, SQZ_ALG_GZIP, SQZ_ALG_SNAPPY,
                                    SQZ_ALG_LZ4, SQZ_ALG_LZ4HC, SQZ_ALG_ZSTD};
-    static const size_t lens[] = {1, 7, 200, 4095, 4096, 4097, 20000, 65536};
+    static const size_t lens[] = {1, 7, 200, 4095, 4096, 4097, 20000, 65536, 131072};
     enum { N = sizeof algs / sizeof algs[0] * sizeof lens / sizeof lens[0] * 2 };
     struct item it[N];
     size_t n = 0;
@@ -80,7 +80,7 @@ static void test_roundtrip(const char *dir)
                 x->data = malloc(x->len);
                 REQUIRE(x->data);
                 sqz_test_fill(x->data, x->len, x->kind, n);
-                sqz_params p = params(algs[a], sqz_level_default(algs[a]), 16);
+                sqz_params p = params(algs[a], sqz_level_default(algs[a]), 17);
                 CHECK_EQ_INT(sqz_pack_append(&w, &p, x->data, x->len, &x->ptr), 0);
                 if (x->kind == 0)
                     CHECK_EQ_INT(x->ptr.kind, 2); /* random data stays raw */
@@ -108,7 +108,7 @@ static void test_roundtrip(const char *dir)
 
     /* a pointer that names another entry of the same pack, or is off by
      * eight bytes, or has another checksum: an error, never other bytes */
-    unsigned char *buf = malloc(65536);
+    unsigned char *buf = malloc(SQZ_PACK_MAX_LENGTH);
     REQUIRE(buf);
     sqz_pack_ptr p = it[3].ptr;
     p.off = it[4].ptr.off;
