@@ -456,7 +456,7 @@ def test_closed_file_becomes_durable_in_background(mount_factory, tmp_path):
 
 PACK_XATTR = "user.squeezefs.packed"
 PACK_ENTRY_HDR = 48
-PACKED_SIZES = [1, 17, 300, 2048, 4096, 9000, 20000, 40000, 65000, 65536]
+PACKED_SIZES = [1, 17, 300, 2048, 4096, 9000, 20000, 40000, 65536, 131072]
 PACK_DAMAGE = ["entry-header", "stored-bytes", "truncate-pack", "delete-pack",
                "pointer"]
 
@@ -477,7 +477,7 @@ def packed_ptr(path):
 
 
 def packed_tree(mount_factory, tmp_path):
-    """~10 files of 1..65536 bytes (random and text) written into d/ of a
+    """~10 files of 1..131072 bytes (random and text) written into d/ of a
     fresh mount, left until all are packed, then a clean unmount.
     Returns (backing, {name: bytes}, {name: pointer})."""
     backing = tmp_path / "packed-b"
