@@ -70,6 +70,13 @@ int sqz_pack_name_parse(const char *name, uint64_t *id);
  * -ENOMEM. */
 int sqz_pack_read(int dirfd, const sqz_pack_ptr *p, void *buf, char *err,
                   size_t errlen);
+/* The pack pack_id names, in directory dirfd, opened read-only: an fd,
+ * -EIO (missing or unreadable: reason in err) or -ENOMEM. */
+int sqz_pack_open(int dirfd, uint64_t pack_id, char *err, size_t errlen);
+/* sqz_pack_read on an open pack (any pack whose entry at p->off passes
+ * every check p makes holds exactly the bytes p was written for). */
+int sqz_pack_read_fd(int fd, const sqz_pack_ptr *p, void *buf, char *err,
+                     size_t errlen);
 /* The same for the file at path: reads its pointer and its pack. 1 read
  * (*p filled, *buf malloc'd, p->length bytes; free it), 0 not packed (a
  * backing file with bytes, or no pointer), or a negative errno (-EIO or

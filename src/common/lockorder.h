@@ -40,6 +40,7 @@ enum sqz_lock_rank {
     SQZ_RANK_ITABLE = 50,     /* sqz_fs.itable_lock */
     SQZ_RANK_META = 60,       /* sqz_inode.meta */
     SQZ_RANK_PUSH = 65,       /* sqz_inode.push_mu (push.c) */
+    SQZ_RANK_PACKRD = 67,     /* sqz_pack_rd.mu (pack_rd.c) */
     /* src/engine */
     SQZ_RANK_FILE = 100,      /* sqz_file.lock (rwlock) */
     SQZ_RANK_FILE_RA = 110,   /* sqz_file.ra_mu */

@@ -194,11 +194,10 @@ static int same_entry(const sqz_pack_ptr *a, const sqz_pack_ptr *b)
            a->params.log2bs == b->params.log2bs;
 }
 
-int sqz_pack_read(int dirfd, const sqz_pack_ptr *p, void *buf, char *err,
-                  size_t errlen)
+int sqz_pack_open(int dirfd, uint64_t pack_id, char *err, size_t errlen)
 {
     char name[SQZ_PACK_NAME_MAX];
-    sqz_pack_name(p->pack_id, name);
+    sqz_pack_name(pack_id, name);
     int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
@@ -208,12 +207,29 @@ int sqz_pack_read(int dirfd, const sqz_pack_ptr *p, void *buf, char *err,
                  strerror(e));
         return -EIO;
     }
+    return fd;
+}
+
+int sqz_pack_read(int dirfd, const sqz_pack_ptr *p, void *buf, char *err,
+                  size_t errlen)
+{
+    int fd = sqz_pack_open(dirfd, p->pack_id, err, errlen);
+    if (fd < 0)
+        return fd;
+    int r = sqz_pack_read_fd(fd, p, buf, err, errlen);
+    close(fd);
+    return r;
+}
+
+int sqz_pack_read_fd(int fd, const sqz_pack_ptr *p, void *buf, char *err,
+                     size_t errlen)
+{
+    char name[SQZ_PACK_NAME_MAX];
+    sqz_pack_name(p->pack_id, name);
     size_t n = SQZ_PACK_ENTRY_HDR + p->stored_len;
     uint8_t *e = malloc(n);
-    if (!e) {
-        close(fd);
+    if (!e)
         return -ENOMEM;
-    }
     int r = 0;
     ssize_t got = sqz_pread_full(fd, e, n, p->off);
     sqz_pack_ptr at;
@@ -244,7 +260,6 @@ int sqz_pack_read(int dirfd, const sqz_pack_ptr *p, void *buf, char *err,
         }
     }
     free(e);
-    close(fd);
     return r;
 }
 

@@ -46,15 +46,28 @@ static int load(struct sqz_fs *fs, struct sqz_inode *in, sqz_pack_ptr *p,
     if (r == 0)
         return -ENODATA;
     if (r == 1) {
-        int dfd = parent_dirfd(in);
-        if (dfd < 0)
-            return dfd;
         *buf = malloc(p->length);
-        if (!*buf) {
-            close(dfd);
+        if (!*buf)
             return -ENOMEM;
+        int kept = sqz_pack_rd_get(fs, p->pack_id);
+        if (kept >= 0) {
+            r = sqz_pack_read_fd(kept, p, *buf, err, sizeof(err));
+            close(kept);
+            if (r == 0)
+                return 0;
         }
-        r = sqz_pack_read(dfd, p, *buf, err, sizeof(err));
+        int dfd = parent_dirfd(in);
+        if (dfd < 0) {
+            free(*buf);
+            *buf = NULL;
+            return dfd;
+        }
+        int pfd = sqz_pack_open(dfd, p->pack_id, err, sizeof(err));
+        r = pfd < 0 ? pfd : sqz_pack_read_fd(pfd, p, *buf, err, sizeof(err));
+        if (r == 0)
+            sqz_pack_rd_put(fs, p->pack_id, pfd);
+        else if (pfd >= 0)
+            close(pfd);
         /* another mount may have moved the entry meanwhile: follow the
          * pointer once more if it changed */
         sqz_pack_ptr again;

@@ -164,6 +164,7 @@ struct sqz_fs {
     struct sqz_durable *durable; /* durable.c; NULL before start */
     struct sqz_packer *packer;  /* pack_job.c (durable thread only) */
     struct sqz_pack_gc *pack_gc; /* pack_gc.c */
+    struct sqz_pack_rd *pack_rd; /* pack_rd.c */
     int wlock_fd;               /* wlock.c: the writer lock (-1: none) */
     struct fuse_session *se;    /* for kernel cache invalidation */
     struct sqz_reval *reval;    /* revalidate.c; NULL if not running */
@@ -403,6 +404,16 @@ void sqz_pack_cand_free(struct sqz_pack_cand *x);
  * forget it (it is about to be removed). Durable thread only. */
 uint64_t sqz_packer_current(struct sqz_fs *fs, const struct stat *dir);
 void sqz_packer_forget(struct sqz_fs *fs, const struct stat *dir);
+
+/* ---- pack_rd.c: packs kept open for readers ---- */
+int sqz_pack_rd_init(struct sqz_fs *fs);
+void sqz_pack_rd_free(struct sqz_fs *fs);
+/* A descriptor of the kept pack id (the caller's own: close it), or -1. */
+int sqz_pack_rd_get(struct sqz_fs *fs, uint64_t id);
+/* Keep fd (taken over) as pack id, replacing the oldest kept one. */
+void sqz_pack_rd_put(struct sqz_fs *fs, uint64_t id, int fd);
+/* Drop the kept descriptors of pack id (it was removed). */
+void sqz_pack_rd_forget(struct sqz_fs *fs, uint64_t id);
 
 /* ---- pack_gc.c: reclaiming the packs of removed files ---- */
 int sqz_pack_gc_init(struct sqz_fs *fs);

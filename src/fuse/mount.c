@@ -304,6 +304,7 @@ static void teardown(struct sqz_fs *fs)
     int rc = sqz_itable_free(fs);
     if (rc && g_destroy_rc == 0)
         g_destroy_rc = rc;
+    sqz_pack_rd_free(fs);
     if (fs->engine)
         sqz_engine_free(fs->engine);
     fs->engine = NULL;
@@ -428,6 +429,7 @@ int sqz_mount_main(int argc, char **argv)
     }
 
     if ((rc = sqz_packer_init(fs)) < 0 || (rc = sqz_pack_gc_init(fs)) < 0 ||
+        (rc = sqz_pack_rd_init(fs)) < 0 ||
         (rc = sqz_durable_start(fs)) < 0) {
         sqz_logf(SQZ_LOG_ERR, "cannot start the durability thread: %s", strerror(-rc));
         goto out_unmount;

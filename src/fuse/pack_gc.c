@@ -331,8 +331,10 @@ static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
         if (x->nfiles == 0) {
             if (x->id == busy)
                 sqz_packer_forget(fs, &ds);
-            if (unlinkat(dfd, name, 0) == 0)
+            if (unlinkat(dfd, name, 0) == 0) {
                 (*removed)++;
+                sqz_pack_rd_forget(fs, x->id);
+            }
             continue;
         }
         if (x->id == busy || x->size < SQZ_GC_MIN_PACK ||
@@ -341,8 +343,10 @@ static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
         if (w.fd < 0 && (rc = sqz_pack_writer_open(&w, dfd)) != 0)
             break;
         rc = move_live(fs, dfd, x, &w, moved);
-        if (rc == 0 && unlinkat(dfd, name, 0) == 0)
+        if (rc == 0 && unlinkat(dfd, name, 0) == 0) {
             (*removed)++;
+            sqz_pack_rd_forget(fs, x->id);
+        }
     }
     if (w.fd >= 0) {
         /* a fresh pack that got nothing (every file went meanwhile) */
