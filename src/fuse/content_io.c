@@ -92,18 +92,30 @@ static void note_write(struct sqz_inode *in)
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
-/* Lock io shared with the inode out of PENDING (materialised with sample).
- * Returns 0 with io held shared, or -errno with io not held. */
+/* io exclusive: a file about to be written is a container: PENDING is
+ * materialised (with sample), a packed file unpacked. */
+static int make_writable_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                                const void *sample, size_t n)
+{
+    if (in->kind == SQZ_K_PENDING)
+        return sqz_content_materialize_locked(fs, in, sample, n);
+    if (in->kind == SQZ_K_PACKED)
+        return sqz_content_unpack_locked(fs, in);
+    return 0;
+}
+
+/* Lock io shared with the inode out of PENDING and PACKED. Returns 0 with
+ * io held shared, or -errno with io not held. */
 static int rdlock_materialized(struct sqz_fs *fs, struct sqz_inode *in,
                                const void *sample, size_t n)
 {
     for (;;) {
         SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-        if (in->kind != SQZ_K_PENDING)
+        if (in->kind != SQZ_K_PENDING && in->kind != SQZ_K_PACKED)
             return 0;
         SQZ_RWUNLOCK(&in->io);
         SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
-        int rc = in->kind == SQZ_K_PENDING ? sqz_content_materialize_locked(fs, in, sample, n) : 0;
+        int rc = make_writable_locked(fs, in, sample, n);
         SQZ_RWUNLOCK(&in->io);
         if (rc)
             return rc;
@@ -195,8 +207,7 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
      * with writes that extend the file. */
     int rc = 0;
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
-    if (in->kind == SQZ_K_PENDING)
-        rc = sqz_content_materialize_locked(fs, in, NULL, 0);
+    rc = make_writable_locked(fs, in, NULL, 0);
     if (rc == 0 && !in->sf)
         rc = -EIO;
     if (rc == 0 && sqz_file_length(in->sf) < off + len) {

@@ -75,9 +75,11 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         goto out;
     int changed = 0;
 
-    /* A packed file is read-only content: a writer makes it a container
-     * first, unless it empties it anyway and nobody reads it. */
-    if (kind == SQZ_K_PACKED && writable) {
+    /* A packed file is unpacked by its first write (content_io.c): a
+     * writable open alone (PostgreSQL opens every file O_RDWR) costs
+     * nothing. O_TRUNC empties it now: the pointer goes, unless others
+     * hold it open (then it is unpacked and truncated like a container). */
+    if (kind == SQZ_K_PACKED && writable && (flags & O_TRUNC)) {
         if ((flags & O_TRUNC) && !sqz_content_handles_open(in)) {
             int fd = sqz_inode_reopen(in, O_WRONLY);
             rc = fd < 0 ? fd : sqz_content_drop_pointer(fd);

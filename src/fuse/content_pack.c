@@ -152,8 +152,13 @@ int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in)
     } else {
         r = load(fs, in, &p, &buf);
     }
-    if (r == -ENODATA)
-        return 0; /* nothing to unpack */
+    if (r == -ENODATA) { /* no pointer any more: nothing to unpack */
+        if (sqz_content_handles_open(in))
+            return -EIO; /* handles on a packed view of a file now gone */
+        sqz_content_packed_free_locked(in);
+        in->kind = SQZ_K_UNKNOWN;
+        return 0;
+    }
     if (r)
         return r;
     char label[PATH_MAX];
@@ -204,9 +209,10 @@ int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in)
     sqz_content_invalidate(in);
     sqz_content_note_unpacked(fs, in);
     if (sqz_content_handles_open(in)) {
-        /* readers of the packed content read the container from now on */
+        /* the handles of the packed content use the container from now on
+         * (read-write if one of them may write) */
         in->kind = SQZ_K_CONTAINER;
-        r = sqz_content_ensure_sf(fs, in, 0);
+        r = sqz_content_ensure_sf(fs, in, in->writers > 0);
     } else {
         in->kind = SQZ_K_UNKNOWN;
     }

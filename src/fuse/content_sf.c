@@ -290,7 +290,10 @@ int sqz_content_close_sf(struct sqz_fs *fs, struct sqz_inode *in)
     int rc = sqz_file_close_keep(sf, &kept);
     if (!kept)
         return rc;
-    if (sqz_ctr_unmarked(kept) && sqz_durable_defer_locked(fs, in, kept) == 0)
+    /* queued also when already durable (fsync'ed) but small enough to be
+     * packed: the durable thread packs it (pack_job.c) */
+    if ((sqz_ctr_unmarked(kept) || sqz_pack_worth(fs, kept)) &&
+        sqz_durable_defer_locked(fs, in, kept) == 0)
         return 0;
     return sqz_ctr_close(kept);
 }

@@ -394,6 +394,8 @@ struct sqz_pack_cand;
 int sqz_packer_init(struct sqz_fs *fs);
 void sqz_packer_free(struct sqz_fs *fs);
 void sqz_packer_stats(struct sqz_fs *fs, uint64_t *packed, uint64_t *failed);
+/* 1 if a closed container c may be packed (cheap: options, length). */
+int sqz_pack_worth(struct sqz_fs *fs, sqz_ctr *c);
 /* io exclusive, after c's durable mark: *out a candidate (or NULL). */
 int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
                               sqz_ctr *c, struct sqz_pack_cand **out);

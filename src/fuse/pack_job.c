@@ -49,7 +49,8 @@ struct sqz_packer {
                              SQZ_PACK_OPEN_MAX stay open after it */
     size_t n, cap;
     uint64_t batch;
-    int disabled;         /* the backing file system refused the pointer */
+    atomic_int disabled;  /* the backing file system refused the pointer
+                             (read by closing threads) */
     /* statistics (read by other threads) */
     atomic_uint_fast64_t packed, skipped, failed;
 };
@@ -97,13 +98,21 @@ void sqz_packer_stats(struct sqz_fs *fs, uint64_t *packed, uint64_t *failed)
     *failed = fs->packer ? atomic_load(&fs->packer->failed) : 0;
 }
 
+int sqz_pack_worth(struct sqz_fs *fs, sqz_ctr *c)
+{
+    uint64_t len = sqz_ctr_length(c);
+    return fs->packer && !atomic_load(&fs->packer->disabled) && fs->opts.pack &&
+           !fs->opts.ro && len > 0 && len <= SQZ_PACK_MAX_LENGTH &&
+           len <= sqz_ctr_block_size(c);
+}
+
 int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
                               sqz_ctr *c, struct sqz_pack_cand **out)
 {
     SQZ_ASSERT_EXCL(&in->io);
     *out = NULL;
     struct sqz_packer *pk = fs->packer;
-    if (!pk || pk->disabled || !fs->opts.pack || fs->opts.ro ||
+    if (!pk || atomic_load(&pk->disabled) || !fs->opts.pack || fs->opts.ro ||
         in->type != S_IFREG || sqz_content_handles_open(in) || in->sf)
         return 0;
     uint64_t len = sqz_ctr_length(c);
@@ -308,7 +317,7 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
             pk->skipped++;
         } else {
             if (rc == -ENOTSUP || rc == -EOPNOTSUPP) {
-                pk->disabled = 1;
+                atomic_store(&pk->disabled, 1);
                 sqz_logf(SQZ_LOG_WARN, "squeezefs: the backing file system has no "
                          "user xattrs: small files are not packed");
             } else {
