@@ -8,7 +8,8 @@
  * directory's 0-byte files still point to, per pack, and
  *   - removes a pack nothing points to any more;
  *   - moves the live entries of a pack that is more than half dead (and
- *     larger than SQZ_GC_MIN_PACK) into the directory's current pack:
+ *     larger than SQZ_GC_MIN_PACK) into a new pack (the packer leaves a
+ *     pack it was appending to for a new one):
  *     appended and flushed, each file's pointer swapped only if it still
  *     names the old entry, the swaps flushed, then the old pack removed.
  * A crash anywhere leaves every pointer naming a whole, durable entry: the
@@ -299,6 +300,40 @@ static int move_live(struct sqz_fs *fs, int dfd, struct pack_info *x,
     return syncfs(dfd) == 0 ? 0 : -errno;
 }
 
+/* 1 if the directory's entries are as they were when *seen was taken (no
+ * name added, removed or renamed: its mtime and ctime are the same). A
+ * scan of a directory that changed meanwhile may have missed a file (a
+ * name renamed during readdir), and a pack it seems to leave unreferenced
+ * may not be: nothing is removed then, the directory is scanned again
+ * later. */
+static int dir_unchanged(int dfd, const struct stat *seen)
+{
+    struct stat now;
+    return fstat(dfd, &now) == 0 &&
+           now.st_mtim.tv_sec == seen->st_mtim.tv_sec &&
+           now.st_mtim.tv_nsec == seen->st_mtim.tv_nsec &&
+           now.st_ctim.tv_sec == seen->st_ctim.tv_sec &&
+           now.st_ctim.tv_nsec == seen->st_ctim.tv_nsec;
+}
+
+/* Remove pack name (after checking the directory did not change since
+ * *seen), then take *seen anew (the removal changed it). 0, GC_AGAIN or
+ * -errno. */
+#define GC_AGAIN 2
+static int remove_pack(struct sqz_fs *fs, int dfd, uint64_t id,
+                       struct stat *seen, uint64_t *removed)
+{
+    char name[SQZ_PACK_NAME_MAX];
+    sqz_pack_name(id, name);
+    if (!dir_unchanged(dfd, seen))
+        return GC_AGAIN;
+    if (unlinkat(dfd, name, 0) != 0)
+        return errno == ENOENT ? 0 : -errno;
+    (*removed)++;
+    sqz_pack_rd_forget(fs, id);
+    return fstat(dfd, seen) == 0 ? 0 : -errno;
+}
+
 static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
                   uint64_t *moved)
 {
@@ -322,31 +357,43 @@ static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
                      "its packs are kept (squeezefs verify names the file)");
         return rc == -EBADMSG ? 0 : rc;
     }
+    if (!dir_unchanged(dfd, &ds)) { /* changed during the scan */
+        infos_free(pi, n);
+        close(dfd);
+        return GC_AGAIN;
+    }
     uint64_t busy = sqz_packer_current(fs, &ds);
     sqz_pack_writer w = {.fd = -1};
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct pack_info *x = &pi[i];
-        char name[SQZ_PACK_NAME_MAX];
-        sqz_pack_name(x->id, name);
         if (x->nfiles == 0) {
+            if (!dir_unchanged(dfd, &ds)) {
+                rc = GC_AGAIN;
+                break;
+            }
             if (x->id == busy)
                 sqz_packer_forget(fs, &ds);
-            if (unlinkat(dfd, name, 0) == 0) {
-                (*removed)++;
-                sqz_pack_rd_forget(fs, x->id);
+            rc = remove_pack(fs, dfd, x->id, &ds, removed);
+            continue;
+        }
+        if (x->size < SQZ_GC_MIN_PACK || x->live * 2 > x->size)
+            continue;
+        if (x->id == busy) { /* the packer starts a new one (same thread) */
+            sqz_packer_forget(fs, &ds);
+            busy = 0;
+        }
+        if (w.fd < 0) {
+            if (!dir_unchanged(dfd, &ds)) {
+                rc = GC_AGAIN;
+                break;
             }
-            continue;
+            if ((rc = sqz_pack_writer_open(&w, dfd)) != 0 ||
+                (rc = fstat(dfd, &ds) == 0 ? 0 : -errno) != 0)
+                break;
         }
-        if (x->id == busy || x->size < SQZ_GC_MIN_PACK ||
-            x->live * 2 > x->size)
-            continue;
-        if (w.fd < 0 && (rc = sqz_pack_writer_open(&w, dfd)) != 0)
-            break;
         rc = move_live(fs, dfd, x, &w, moved);
-        if (rc == 0 && unlinkat(dfd, name, 0) == 0) {
-            (*removed)++;
-            sqz_pack_rd_forget(fs, x->id);
-        }
+        if (rc == 0)
+            rc = remove_pack(fs, dfd, x->id, &ds, removed);
     }
     if (w.fd >= 0) {
         /* a fresh pack that got nothing (every file went meanwhile) */
@@ -387,6 +434,16 @@ void sqz_pack_gc_run(struct sqz_fs *fs, int final)
             break;
         uint64_t removed = 0, moved = 0;
         int rc = gc_dir(fs, fd, &removed, &moved);
+        if (rc == GC_AGAIN) { /* it changed under the scan: later again */
+            struct stat st;
+            int have = fstat(fd, &st) == 0;
+            SQZ_MUTEX_LOCK(&g->mu, SQZ_RANK_PACKGC);
+            for (size_t i = 0; have && i < g->n; i++)
+                if (g->v[i].dev == st.st_dev && g->v[i].ino == st.st_ino)
+                    g->v[i].dirty = 1;
+            SQZ_MUTEX_UNLOCK(&g->mu);
+            rc = 0;
+        }
         if (rc == 1) { /* the directory is gone */
             struct stat st;
             int have = fstat(fd, &st) == 0;
