@@ -168,9 +168,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
             first = flushed;
     }
     /* 3: mark, put the times back, close (unless a reopen took it back);
-     * small files are read for packing (pack_job.c) */
-    struct sqz_pack_cand **pc = calloc(m ? m : 1, sizeof(*pc));
-    size_t npc = 0;
+     * small files are noted for packing (pack_job.c) */
     for (size_t i = 0; i < m; i++) {
         struct entry *x = &e[i];
         struct sqz_inode *in = x->in;
@@ -190,9 +188,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
         }
         if (r == 0) {
             in->dctr = NULL;
-            if (pc && sqz_pack_candidate_locked(fs, in, x->c, &pc[npc]) == 0 &&
-                pc[npc])
-                npc++;
+            sqz_pack_note_locked(fs, in, x->c);
             int rc = sqz_ctr_close(x->c);
             if (rc < 0 && first == 0)
                 first = rc;
@@ -222,11 +218,6 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
         SQZ_RWUNLOCK(&in->io);
     }
     free(e);
-    /* 4: pack the small ones (the batch still holds their references) */
-    sqz_pack_run(fs, pc, npc);
-    for (size_t i = 0; i < npc; i++)
-        sqz_pack_cand_free(pc[i]);
-    free(pc);
     return first;
 }
 
@@ -290,6 +281,11 @@ static void *durable_main(void *arg)
         SQZ_MUTEX_UNLOCK(&d->mu);
         if (queued > 0)
             (void)run_batch(fs, 0); /* failures stay queued and retried */
+        /* packing waits for a quiet moment: a batch not started by a full
+         * queue (a stream of closes is not slowed down by it) */
+        if (queued < SQZ_DURABLE_KICK ||
+            sqz_pack_npending(fs) >= SQZ_PACK_PENDING_MAX)
+            sqz_pack_pending(fs);
         sqz_pack_gc_run(fs, 0);
         SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     }
@@ -349,6 +345,7 @@ int sqz_durable_finish(struct sqz_fs *fs)
     stop_thread(d);
     /* final mode requeues nothing, so one batch empties the queue */
     int first = run_batch(fs, 1);
+    sqz_pack_pending(fs);
     sqz_pack_gc_run(fs, 1);
     if (d->use_syncfs && syncfs(d->root_fd) != 0 && first == 0)
         first = -errno;

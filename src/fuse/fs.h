@@ -88,6 +88,8 @@ struct sqz_inode {
     uint64_t dgen;       /* bumped whenever dctr is set */
     int dq_queued;       /* in the durable queue (holds an open ref) */
     unsigned writers;    /* open handles that may write (tiering skips) */
+    int pack_noted;      /* waiting in the packer's notes (pack_job.c;
+                            set and cleared by the durable thread) */
     void *pbuf;          /* PACKED with handles open: the content */
     uint64_t pbuf_len;
     /* atomic */
@@ -396,9 +398,14 @@ void sqz_packer_free(struct sqz_fs *fs);
 void sqz_packer_stats(struct sqz_fs *fs, uint64_t *packed, uint64_t *failed);
 /* 1 if a closed container c may be packed (cheap: options, length). */
 int sqz_pack_worth(struct sqz_fs *fs, sqz_ctr *c);
-/* io exclusive, after c's durable mark: *out a candidate (or NULL). */
-int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
-                              sqz_ctr *c, struct sqz_pack_cand **out);
+/* Durable thread, io exclusive, after c's durable mark: note in for
+ * packing if it may be packed (an open reference until it is tried). */
+void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c);
+/* Durable thread: pack the noted files (takes each one's io in turn). */
+void sqz_pack_pending(struct sqz_fs *fs);
+size_t sqz_pack_npending(struct sqz_fs *fs);
+/* Notes that make the durable thread pack at once, quiet or not. */
+#define SQZ_PACK_PENDING_MAX 4096
 /* Pack the candidates (takes each one's io in turn; no lock held). */
 void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n);
 void sqz_pack_cand_free(struct sqz_pack_cand *x);

@@ -1,9 +1,14 @@
 /* Packing small closed files (docs/FORMAT.md "Packed files"), run by the
  * durable thread (durable.c) right after a batch got its durable marks:
  *
- *   1. under the file's io lock: a closed container of one block of at
- *      most SQZ_PACK_MAX_LENGTH bytes, one link, not open, is a candidate;
- *      its content is read;
+ *   0. after its durable mark, a closed container of one block of at
+ *      most SQZ_PACK_MAX_LENGTH bytes is noted (an open reference keeps
+ *      the inode); the notes are packed at a quiet moment: a batch of the
+ *      durable thread that was not started by a full queue (a stream of
+ *      closes, e.g. `cp -r`, is not slowed down), SQZ_PACK_PENDING_MAX
+ *      notes, or the unmount;
+ *   1. under the file's io lock: a noted file that is still a container,
+ *      with one link, not open, is a candidate; its content is read;
  *   2. without locks: every candidate is appended to the pack of its
  *      directory (one open pack per directory, kept across batches, a new
  *      one past SQZ_PACK_MAX_SIZE), and every pack written to is
@@ -51,6 +56,9 @@ struct sqz_packer {
     uint64_t batch;
     atomic_int disabled;  /* the backing file system refused the pointer
                              (read by closing threads) */
+    struct sqz_inode **pend; /* marked small files waiting for a quiet
+                                moment, each with an open reference */
+    size_t npend, pcap;
     /* statistics (read by other threads) */
     atomic_uint_fast64_t packed, skipped, failed;
 };
@@ -106,14 +114,16 @@ int sqz_pack_worth(struct sqz_fs *fs, sqz_ctr *c)
            len <= sqz_ctr_block_size(c);
 }
 
-int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
-                              sqz_ctr *c, struct sqz_pack_cand **out)
+/* A candidate from c, the closed container of in (io exclusive). */
+static int candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                            sqz_ctr *c, struct sqz_pack_cand **out)
 {
     SQZ_ASSERT_EXCL(&in->io);
     *out = NULL;
     struct sqz_packer *pk = fs->packer;
     if (!pk || atomic_load(&pk->disabled) || !fs->opts.pack || fs->opts.ro ||
-        in->type != S_IFREG || sqz_content_handles_open(in) || in->sf)
+        in->type != S_IFREG || sqz_content_handles_open(in) || in->sf ||
+        in->dctr)
         return 0;
     uint64_t len = sqz_ctr_length(c);
     size_t bs = sqz_ctr_block_size(c);
@@ -148,6 +158,73 @@ int sqz_pack_candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
     x->wgen = atomic_load(&in->wgen);
     *out = x;
     return 0;
+}
+
+void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    struct sqz_packer *pk = fs->packer;
+    if (!pk || in->pack_noted || !sqz_pack_worth(fs, c))
+        return;
+    if (pk->npend == pk->pcap) {
+        size_t nc = pk->pcap ? pk->pcap * 2 : 256;
+        struct sqz_inode **np = realloc(pk->pend, nc * sizeof(*np));
+        if (!np)
+            return; /* not packed now: the next close tries again */
+        pk->pend = np;
+        pk->pcap = nc;
+    }
+    sqz_inode_open_ref(fs, in);
+    in->pack_noted = 1;
+    pk->pend[pk->npend++] = in;
+}
+
+void sqz_pack_pending(struct sqz_fs *fs)
+{
+    struct sqz_packer *pk = fs->packer;
+    if (!pk || pk->npend == 0)
+        return;
+    struct sqz_inode **v = pk->pend;
+    size_t n = pk->npend;
+    pk->pend = NULL;
+    pk->npend = pk->pcap = 0;
+    struct sqz_pack_cand **c = calloc(n, sizeof(*c));
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        struct sqz_inode *in = v[i];
+        SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+        in->pack_noted = 0;
+        int fd = c ? sqz_inode_reopen(in, O_RDONLY) : -1;
+        sqz_ctr *ctr = NULL;
+        /* (a file changed meanwhile, packed, emptied or damaged, is no
+         * container of its own any more, or not a candidate) */
+        if (fd >= 0 && sqz_ctr_probe_fd(fd) == 1) {
+            char label[PATH_MAX];
+            sqz_inode_label(fs, in, label, sizeof(label));
+            if (sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &ctr) == 0) {
+                if (candidate_locked(fs, in, ctr, &c[m]) == 0 && c[m])
+                    m++;
+                sqz_ctr_close(ctr);
+            }
+        } else if (fd >= 0) {
+            close(fd);
+        }
+        SQZ_RWUNLOCK(&in->io);
+    }
+    if (c) {
+        sqz_pack_run(fs, c, m);
+        for (size_t i = 0; i < m; i++)
+            sqz_pack_cand_free(c[i]);
+        free(c);
+    }
+    for (size_t i = 0; i < n; i++)
+        sqz_inode_open_unref(fs, v[i]);
+    free(v);
+}
+
+size_t sqz_pack_npending(struct sqz_fs *fs)
+{
+    return fs->packer ? fs->packer->npend : 0;
 }
 
 /* The open pack of the directory of x's file (started if needed). */
