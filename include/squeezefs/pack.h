@@ -93,7 +93,8 @@ typedef struct sqz_pack_writer {
     int dirty;     /* appended since the last flush */
 } sqz_pack_writer;
 
-/* Start a new pack in dirfd (a fresh random id, O_EXCL). 0 or -errno. */
+/* Start a new pack in dirfd (a fresh random id, O_EXCL; the directory
+ * is fsync'ed, so the pack's name is durable). 0 or -errno. */
 int sqz_pack_writer_open(sqz_pack_writer *w, int dirfd);
 /* Compress data (len bytes, at most one block of p and at most
  * SQZ_PACK_MAX_LENGTH) with p and append it; *out receives the pointer.

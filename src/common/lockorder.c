@@ -3,6 +3,7 @@
  * is left (plain default mutexes). */
 #include "common/lockorder.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,24 @@ void sqz_lo_check(const void *lock, int rank, const char *name,
                     "squeezefs: lock order violation at %s:%d: taking %s "
                     "(rank %d) while holding %s (rank %d); see "
                     "docs/LOCKING.md\n",
+                    file, line, name, rank, lo_held[i].name, lo_held[i].rank);
+            lo_dump();
+            abort();
+        }
+    }
+}
+
+void sqz_lo_check_nested(const void *lock, int rank, const char *name,
+                         const char *file, int line)
+{
+    for (int i = 0; i < lo_n; i++) {
+        if (lo_held[i].lock == lock || lo_held[i].rank > rank ||
+            (lo_held[i].rank == rank &&
+             (uintptr_t)lo_held[i].lock >= (uintptr_t)lock)) {
+            fprintf(stderr,
+                    "squeezefs: lock order violation at %s:%d: taking %s "
+                    "(rank %d, nested: same rank only in address order) while "
+                    "holding %s (rank %d); see docs/LOCKING.md\n",
                     file, line, name, rank, lo_held[i].name, lo_held[i].rank);
             lo_dump();
             abort();

@@ -62,6 +62,11 @@ int sqz_mutex_init(pthread_mutex_t *m);
 
 void sqz_lo_check(const void *lock, int rank, const char *name,
                   const char *file, int line);
+/* The same for a second lock of the same rank: allowed only above the
+ * address of every held lock of that rank (two inodes' io: address
+ * order). */
+void sqz_lo_check_nested(const void *lock, int rank, const char *name,
+                         const char *file, int line);
 void sqz_lo_push(const void *lock, int rank, const char *name, int excl);
 void sqz_lo_pop(const void *lock, const char *name, const char *file,
                 int line);
@@ -132,6 +137,15 @@ static inline void sqz_lo_rwunlock(pthread_rwlock_t *l, const char *name,
     sqz_lo_rwlock((l), (rank), 1, #l, __FILE__, __LINE__)
 #define SQZ_TRYRDLOCK(l, rank) sqz_lo_tryrdlock((l), (rank), #l)
 #define SQZ_RWUNLOCK(l) sqz_lo_rwunlock((l), #l, __FILE__, __LINE__)
+/* A second rwlock of a rank already held, taken for writing in address
+ * order (docs/LOCKING.md). */
+#define SQZ_WRLOCK_NESTED(l, rank)                                           \
+    do {                                                                     \
+        sqz_lo_check_nested((l), (rank), #l, __FILE__, __LINE__);            \
+        sqz_lo_ok(pthread_rwlock_wrlock(l), "pthread_rwlock_wrlock", #l,     \
+                  __FILE__, __LINE__);                                       \
+        sqz_lo_push((l), (rank), #l, 1);                                     \
+    } while (0)
 /* The caller holds l (shared or exclusive) / l exclusive (a mutex, or an
  * rwlock taken for writing). */
 #define SQZ_ASSERT_HELD(l) sqz_lo_assert_held((l), 0, #l, __FILE__, __LINE__)
@@ -143,6 +157,7 @@ static inline void sqz_lo_rwunlock(pthread_rwlock_t *l, const char *name,
 #define SQZ_MUTEX_UNLOCK(m) ((void)pthread_mutex_unlock(m))
 #define SQZ_RDLOCK(l, rank) ((void)pthread_rwlock_rdlock(l))
 #define SQZ_WRLOCK(l, rank) ((void)pthread_rwlock_wrlock(l))
+#define SQZ_WRLOCK_NESTED(l, rank) ((void)pthread_rwlock_wrlock(l))
 #define SQZ_TRYRDLOCK(l, rank) pthread_rwlock_tryrdlock(l)
 #define SQZ_RWUNLOCK(l) ((void)pthread_rwlock_unlock(l))
 #define SQZ_ASSERT_HELD(l) ((void)0)

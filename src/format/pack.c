@@ -343,6 +343,13 @@ int sqz_pack_writer_open(sqz_pack_writer *w, int dirfd)
             unlinkat(dirfd, name, 0);
             return r;
         }
+        /* the pack's name is durable before any pointer can name it */
+        if (fsync(dirfd) != 0) {
+            r = -errno;
+            close(fd);
+            unlinkat(dirfd, name, 0);
+            return r;
+        }
         w->fd = fd;
         w->end = SQZ_PACK_HDR_SIZE;
         w->dirty = 1;

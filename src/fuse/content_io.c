@@ -184,6 +184,16 @@ int sqz_content_fsync(struct sqz_fs *fs, struct sqz_handle *h, int datasync)
         rc = sqz_file_fsync(in->sf, datasync);
         sqz_content_restore_times(in);
     }
+    /* a removed pack pointer (the file was emptied): durable now, or an
+     * old packed content could come back after a crash */
+    if (rc == 0 && atomic_exchange(&in->ptr_dropped, 0)) {
+        int fd = sqz_inode_reopen(in, O_RDONLY);
+        rc = fd < 0 ? fd : fsync(fd) != 0 ? -errno : 0;
+        if (fd >= 0)
+            close(fd);
+        if (rc)
+            atomic_store(&in->ptr_dropped, 1);
+    }
     SQZ_RWUNLOCK(&in->io);
     return rc;
 }
@@ -245,7 +255,7 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
     if (rc == 0 && kind == SQZ_K_PACKED) {
         if (size == 0 && !sqz_content_handles_open(in)) {
             int fd = sqz_inode_reopen(in, O_WRONLY);
-            rc = fd < 0 ? fd : sqz_content_drop_pointer(fd);
+            rc = fd < 0 ? fd : sqz_content_empty_pointer(in, fd);
             if (fd >= 0)
                 close(fd);
             kind = SQZ_K_PLAIN; /* emptied below like any empty file */
@@ -295,7 +305,7 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
         if (ftruncate(fd, (off_t)size) != 0)
             rc = -errno;
         if (rc == 0 && size == 0)
-            rc = sqz_content_drop_pointer(fd);
+            rc = sqz_content_empty_pointer(in, fd);
         close(fd);
         sqz_content_invalidate(in);
         /* An emptied plain file nobody holds open becomes a container. */

@@ -82,7 +82,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     if (kind == SQZ_K_PACKED && writable && (flags & O_TRUNC)) {
         if ((flags & O_TRUNC) && !sqz_content_handles_open(in)) {
             int fd = sqz_inode_reopen(in, O_WRONLY);
-            rc = fd < 0 ? fd : sqz_content_drop_pointer(fd);
+            rc = fd < 0 ? fd : sqz_content_empty_pointer(in, fd);
             if (fd >= 0)
                 close(fd);
             if (rc == 0)
@@ -119,7 +119,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
                 }
                 /* a pointer left on a damaged unpacking must not bring
                  * the packed content back */
-                rc = sqz_content_drop_pointer(fd);
+                rc = sqz_content_empty_pointer(in, fd);
                 close(fd);
                 if (rc)
                     goto out;

@@ -122,10 +122,19 @@ void sqz_content_note_unpacked(struct sqz_fs *fs, struct sqz_inode *in)
     }
 }
 
+int sqz_content_empty_pointer(struct sqz_inode *in, int fd)
+{
+    int r = sqz_content_drop_pointer(fd);
+    if (r > 0)
+        atomic_store(&in->ptr_dropped, 1);
+    return r < 0 ? r : 0;
+}
+
 int sqz_content_drop_pointer(int fd)
 {
-    if (fremovexattr(fd, SQZ_PACK_XATTR) == 0 || errno == ENODATA ||
-        errno == ENOTSUP)
+    if (fremovexattr(fd, SQZ_PACK_XATTR) == 0)
+        return 1;
+    if (errno == ENODATA || errno == ENOTSUP)
         return 0;
     return -errno;
 }
@@ -169,8 +178,8 @@ int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in)
         return fd;
     }
     struct stat st;
-    if (fstat(fd, &st) != 0 || st.st_size != 0) {
-        r = st.st_size != 0 ? -ESTALE : -errno;
+    r = fstat(fd, &st) != 0 ? -errno : st.st_size != 0 ? -ESTALE : 0;
+    if (r) {
         close(fd);
         free(buf);
         return r;
@@ -198,10 +207,12 @@ int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in)
             r = r2;
     }
     free(buf);
-    if (r == 0)
-        r = sqz_content_drop_pointer(fd);
-    else
+    if (r == 0) {
+        int d = sqz_content_drop_pointer(fd);
+        r = d < 0 ? d : 0;
+    } else {
         sqz_logf(SQZ_LOG_ERR, "%s: cannot unpack for writing: %s", label, strerror(-r));
+    }
     close(fd);
     if (r < 0)
         return r;
@@ -219,11 +230,11 @@ int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in)
     return r;
 }
 
-int sqz_content_unpack(struct sqz_fs *fs, struct sqz_inode *in)
+int sqz_content_unpack_if_packed_locked(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    if (in->type != S_IFREG)
+    SQZ_ASSERT_EXCL(&in->io);
+    if (in->type != S_IFREG || fs->opts.ro)
         return 0;
-    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct stat bst;
     enum sqz_kind kind = SQZ_K_UNKNOWN;
     uint64_t len;
@@ -232,7 +243,6 @@ int sqz_content_unpack(struct sqz_fs *fs, struct sqz_inode *in)
         r = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
     if (r == 0 && kind == SQZ_K_PACKED)
         r = sqz_content_unpack_locked(fs, in);
-    SQZ_RWUNLOCK(&in->io);
     return r;
 }
 

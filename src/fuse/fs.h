@@ -90,6 +90,9 @@ struct sqz_inode {
     unsigned writers;    /* open handles that may write (tiering skips) */
     int pack_noted;      /* waiting in the packer's notes (pack_job.c;
                             set and cleared by the durable thread) */
+    atomic_int ptr_dropped; /* a pack pointer was removed (O_TRUNC,
+                               truncate to 0): the next fsync makes that
+                               durable (content_io.c) */
     void *pbuf;          /* PACKED with handles open: the content */
     uint64_t pbuf_len;
     /* atomic */
@@ -384,12 +387,17 @@ int sqz_content_packed_stat(struct sqz_inode *in, const struct stat *bst,
                             struct sqz_ctr_stat *st);
 /* A packed file of in's directory lost its entry (pack_gc.c). */
 void sqz_content_note_unpacked(struct sqz_fs *fs, struct sqz_inode *in);
-/* Remove the pack pointer from an open backing fd (0 if there was none). */
+/* The file in is being emptied: remove its pack pointer (fd: its backing
+ * file, open); its next fsync makes that durable. 0 or -errno. */
+int sqz_content_empty_pointer(struct sqz_inode *in, int fd);
+/* Remove the pack pointer from an open backing fd: 1 removed, 0 there
+ * was none, -errno. */
 int sqz_content_drop_pointer(int fd);
 /* Make a packed file a container again (written, synced, then the
  * pointer removed); a no-op for other kinds. io exclusive / takes io. */
 int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in);
-int sqz_content_unpack(struct sqz_fs *fs, struct sqz_inode *in);
+/* The same after probing the kind (any kind but PACKED: nothing). */
+int sqz_content_unpack_if_packed_locked(struct sqz_fs *fs, struct sqz_inode *in);
 
 /* ---- pack_job.c: packing small closed files (durable thread) ---- */
 struct sqz_pack_cand;
@@ -430,6 +438,11 @@ void sqz_pack_gc_free(struct sqz_fs *fs);
 /* A packed file's entry of directory dirfd (any fd of it) went: scan that
  * directory later. Takes the gc lock (a leaf). */
 void sqz_pack_gc_note(struct sqz_fs *fs, int dirfd);
+/* Around a rename or link through the mount, for each directory it
+ * changes: reclaiming trusts no scan of a directory such an operation ran
+ * in. */
+void sqz_pack_gc_rename_begin(struct sqz_fs *fs, const struct sqz_inode *dir);
+void sqz_pack_gc_rename_end(struct sqz_fs *fs, const struct sqz_inode *dir);
 /* Durable thread: scan the noted directories that are due (all if
  * final). */
 void sqz_pack_gc_run(struct sqz_fs *fs, int final);

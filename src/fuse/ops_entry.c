@@ -5,6 +5,7 @@
  * followed. */
 #include "fuse/fs.h"
 #include "common/lockorder.h"
+#include "squeezefs/pack.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -316,53 +317,59 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     struct sqz_inode *p = sqz_inode_of(fs, newparent);
     int e = check_new_name(fs, newname);
-    if (e == 0 && in->type == S_IFREG && !fs->opts.ro)
-        e = -sqz_content_unpack(fs, in); /* a second name: not packed */
     if (e) {
         fuse_reply_err(req, e);
         return;
     }
-    if (linkat(in->fd, "", p->fd, newname, AT_EMPTY_PATH) != 0) {
+    /* A second name: a packed file becomes a container first, and the
+     * packer (which takes io) cannot pack it between that and the link */
+    int file = in->type == S_IFREG && !fs->opts.ro;
+    if (file) {
+        SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+        e = -sqz_content_unpack_if_packed_locked(fs, in);
+    }
+    sqz_pack_gc_rename_begin(fs, p);
+    if (e == 0 && linkat(in->fd, "", p->fd, newname, AT_EMPTY_PATH) != 0) {
         /* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc works otherwise
          * (not for symlinks, which it would follow). */
-        int err = errno;
-        if ((err != EPERM && err != ENOENT) || in->type == S_IFLNK) {
-            fuse_reply_err(req, err);
-            return;
+        e = errno;
+        if ((e == EPERM || e == ENOENT) && in->type != S_IFLNK) {
+            char pp[64];
+            sqz_proc_path(in->fd, pp, sizeof(pp));
+            e = linkat(AT_FDCWD, pp, p->fd, newname, AT_SYMLINK_FOLLOW) != 0 ? errno : 0;
         }
-        char pp[64];
-        sqz_proc_path(in->fd, pp, sizeof(pp));
-        if (linkat(AT_FDCWD, pp, p->fd, newname, AT_SYMLINK_FOLLOW) != 0) {
-            fuse_reply_err(req, errno);
-            return;
-        }
+    }
+    sqz_pack_gc_rename_end(fs, p);
+    if (file)
+        SQZ_RWUNLOCK(&in->io);
+    if (e) {
+        fuse_reply_err(req, e);
+        return;
     }
     reply_new_entry(req, fs, p, newname);
 }
 
-/* A packed file leaving its directory (by rename or a new link elsewhere;
- * its pack stays behind): make it a container first. */
-static int unpack_name(struct sqz_fs *fs, struct sqz_inode *dir,
-                       const char *name)
+/* The regular file name in dir, looked up (one lookup reference: forget
+ * it), or NULL. */
+static struct sqz_inode *file_of(struct sqz_fs *fs, struct sqz_inode *dir,
+                                 const char *name)
 {
     struct stat st;
-    if (fs->opts.ro ||
-        fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        !S_ISREG(st.st_mode) || st.st_size != 0)
-        return 0;
     struct sqz_inode *in;
-    int rc = sqz_inode_lookup(fs, dir, name, &st, &in);
-    if (rc)
-        return rc == -ENOENT ? 0 : rc;
-    rc = sqz_content_unpack(fs, in);
-    sqz_inode_forget(fs, in, 1);
-    return rc;
+    if (fs->opts.ro || fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(st.st_mode) || sqz_inode_lookup(fs, dir, name, &st, &in) != 0)
+        return NULL;
+    if (in->type != S_IFREG) {
+        sqz_inode_forget(fs, in, 1);
+        return NULL;
+    }
+    return in;
 }
 
 /* rmdir of a directory that holds nothing but hidden names (packs, and
  * temporaries nothing can use any more): remove them. 0 if it held
  * nothing else, else -ENOTEMPTY. */
-static int clear_hidden(struct sqz_inode *p, const char *name)
+static int clear_hidden(struct sqz_fs *fs, struct sqz_inode *p, const char *name)
 {
     int dfd = openat(p->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (dfd < 0)
@@ -390,6 +397,9 @@ static int clear_hidden(struct sqz_inode *p, const char *name)
                 rc = -errno;
                 break;
             }
+            uint64_t id;
+            if (pass == 1 && sqz_pack_name_parse(de->d_name, &id))
+                sqz_pack_rd_forget(fs, id); /* its space is freed */
         }
     }
     closedir(dp);
@@ -422,7 +432,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     int e = sqz_name_errno(name, ENOENT);
     if (e == 0 && unlinkat(p->fd, name, AT_REMOVEDIR) != 0) {
         e = errno;
-        if ((e == ENOTEMPTY || e == EEXIST) && clear_hidden(p, name) == 0)
+        if ((e == ENOTEMPTY || e == EEXIST) && clear_hidden(fs, p, name) == 0)
             e = unlinkat(p->fd, name, AT_REMOVEDIR) != 0 ? errno : 0;
     }
     fuse_reply_err(req, e);
@@ -446,26 +456,56 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
         fuse_reply_err(req, EINVAL);
         return;
     }
+    /* A packed file leaving its directory (its pack stays behind) becomes
+     * a container first; its io is held across the rename, so the packer
+     * cannot pack it in between (pack_job.c checks the directory too) */
+    struct sqz_inode *a = NULL, *b = NULL;
+    int rc = 0;
     if (p != np) {
-        int rc = unpack_name(fs, p, name);
-        if (rc == 0 && (flags & RENAME_EXCHANGE))
-            rc = unpack_name(fs, np, newname);
-        if (rc) {
-            fuse_reply_err(req, -rc);
-            return;
+        a = file_of(fs, p, name);
+        b = (flags & RENAME_EXCHANGE) ? file_of(fs, np, newname) : NULL;
+        if (b && b == a) {
+            sqz_inode_forget(fs, b, 1);
+            b = NULL;
         }
+        if (a && b && b < a) { /* two io locks: in address order */
+            struct sqz_inode *t = a;
+            a = b;
+            b = t;
+        }
+        if (a)
+            SQZ_WRLOCK(&a->io, SQZ_RANK_IO);
+        if (b)
+            SQZ_WRLOCK_NESTED(&b->io, SQZ_RANK_IO);
+        if (a)
+            rc = sqz_content_unpack_if_packed_locked(fs, a);
+        if (rc == 0 && b)
+            rc = sqz_content_unpack_if_packed_locked(fs, b);
     }
     struct stat st;
     int over_empty = !(flags & RENAME_EXCHANGE) &&
         fstatat(np->fd, newname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISREG(st.st_mode) && st.st_size == 0 && st.st_nlink == 1;
-    if (renameat2(p->fd, name, np->fd, newname, flags) != 0) {
-        fuse_reply_err(req, errno);
-        return;
+    if (rc == 0) {
+        sqz_pack_gc_rename_begin(fs, p);
+        if (np != p)
+            sqz_pack_gc_rename_begin(fs, np);
+        rc = renameat2(p->fd, name, np->fd, newname, flags) != 0 ? -errno : 0;
+        sqz_pack_gc_rename_end(fs, p);
+        if (np != p)
+            sqz_pack_gc_rename_end(fs, np);
     }
-    if (over_empty) /* it replaced a file that may have been packed */
+    if (b) {
+        SQZ_RWUNLOCK(&b->io);
+        sqz_inode_forget(fs, b, 1);
+    }
+    if (a) {
+        SQZ_RWUNLOCK(&a->io);
+        sqz_inode_forget(fs, a, 1);
+    }
+    if (rc == 0 && over_empty) /* it replaced a file that may have been packed */
         sqz_pack_gc_note(fs, np->fd);
-    fuse_reply_err(req, 0);
+    fuse_reply_err(req, -rc);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)

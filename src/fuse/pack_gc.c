@@ -37,6 +37,7 @@
 #define SQZ_GC_INTERVAL_S 10
 #define SQZ_GC_MIN_PACK (64u << 10)
 #define SQZ_GC_MAX_NOTES 4096
+#define GC_AGAIN 2 /* not now: the directory changed, scan it again later */
 
 struct note {
     dev_t dev;
@@ -46,7 +47,15 @@ struct note {
     int dirty;
 };
 
+/* Renames and links through the mount, counted per directory bucket
+ * (started and finished): a scan is trusted only if none was in flight
+ * when it began and none started before a removal it leads to. A name
+ * moved during readdir may be missed by it; timestamps are too coarse to
+ * tell. */
+#define GC_BUCKETS 256
+
 struct sqz_pack_gc {
+    atomic_uint_fast64_t started[GC_BUCKETS], finished[GC_BUCKETS];
     pthread_mutex_t mu;
     struct note *v;
     size_t n, cap;
@@ -90,6 +99,24 @@ void sqz_pack_gc_stats(struct sqz_fs *fs, uint64_t *removed, uint64_t *moved)
     *removed = g->removed;
     *moved = g->moved;
     SQZ_MUTEX_UNLOCK(&g->mu);
+}
+
+static unsigned bucket(dev_t dev, ino_t ino)
+{
+    uint64_t h = ((uint64_t)ino * 0x9E3779B97F4A7C15ull) ^ (uint64_t)dev;
+    return (unsigned)(h >> 56) % GC_BUCKETS;
+}
+
+void sqz_pack_gc_rename_begin(struct sqz_fs *fs, const struct sqz_inode *dir)
+{
+    if (fs->pack_gc)
+        atomic_fetch_add(&fs->pack_gc->started[bucket(dir->dev, dir->ino)], 1);
+}
+
+void sqz_pack_gc_rename_end(struct sqz_fs *fs, const struct sqz_inode *dir)
+{
+    if (fs->pack_gc)
+        atomic_fetch_add(&fs->pack_gc->finished[bucket(dir->dev, dir->ino)], 1);
 }
 
 void sqz_pack_gc_note(struct sqz_fs *fs, int dirfd)
@@ -199,17 +226,31 @@ static int scan(int dfd, struct pack_info **out, size_t *nout)
             continue;
         if (sqz_name_hidden(de->d_name))
             continue;
+        /* Every regular file counts, whatever its size: a file being
+         * unpacked has its container's bytes and still its pointer (and a
+         * torn unpacking falls back on it). Anything but "no such file"
+         * and "no pointer" keeps every pack of the directory. */
         struct stat st;
-        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-            !S_ISREG(st.st_mode) || st.st_size != 0)
+        if (fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            if (errno == ENOENT)
+                continue; /* removed meanwhile (the directory changed:
+                             nothing is removed this round) */
+            rc = -errno;
+            break;
+        }
+        if (!S_ISREG(st.st_mode))
             continue;
         char pp[64 + NAME_MAX];
         snprintf(pp, sizeof(pp), "/proc/self/fd/%d/%s", dfd, de->d_name);
         uint8_t b[SQZ_PACK_PTR_SIZE];
         ssize_t got = lgetxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
         sqz_pack_ptr p;
-        if (got < 0 && errno != ERANGE)
-            continue; /* no pointer: an empty file */
+        if (got < 0 && (errno == ENODATA || errno == ENOTSUP || errno == ENOENT))
+            continue; /* no pointer */
+        if (got < 0 && errno != ERANGE) {
+            rc = -errno;
+            break;
+        }
         if (got != (ssize_t)sizeof(b) ||
             sqz_pack_ptr_decode(b, sizeof(b), &p, NULL, 0) != 0) {
             /* a damaged pointer: which pack it named is unknown, so no
@@ -271,28 +312,38 @@ static int move_live(struct sqz_fs *fs, int dfd, struct pack_info *x,
     }
     if (rc == 0)
         rc = sqz_pack_writer_flush(w);
-    /* swap each pointer that still names the old entry */
+    /* Swap each pointer that still names the old entry (XATTR_REPLACE: a
+     * pointer removed meanwhile, by O_TRUNC or an unpacking, stays
+     * removed). Every file listed must be swapped, or be found holding
+     * another pointer or none: a file that cannot be checked (gone by
+     * that name: perhaps renamed) keeps the old pack. */
+    int all = 1;
     for (size_t i = 0; i < x->nfiles && rc == 0; i++) {
         char pp[64 + NAME_MAX];
         snprintf(pp, sizeof(pp), "/proc/self/fd/%d/%s", dfd, x->files[i].name);
-        int fd = open(pp, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-        if (fd < 0)
-            continue; /* gone: its entry is dead */
         uint8_t b[SQZ_PACK_PTR_SIZE];
         sqz_pack_ptr cur;
-        struct stat st;
-        ssize_t got = fgetxattr(fd, SQZ_PACK_XATTR, b, sizeof(b));
-        if (got == (ssize_t)sizeof(b) && fstat(fd, &st) == 0 && st.st_size == 0 &&
-            sqz_pack_ptr_decode(b, sizeof(b), &cur, NULL, 0) == 0 &&
-            cur.pack_id == x->files[i].ptr.pack_id &&
-            cur.off == x->files[i].ptr.off) {
-            rc = sqz_pack_ptr_set(fd, &np[i]); /* times stay (only ctime) */
-            if (rc == 0)
-                (*moved)++;
+        ssize_t got = lgetxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
+        if (got < 0 && (errno == ENODATA || errno == ENOTSUP))
+            continue; /* no pointer any more: its entry is dead */
+        if (got != (ssize_t)sizeof(b) ||
+            sqz_pack_ptr_decode(b, sizeof(b), &cur, NULL, 0) != 0) {
+            all = 0;
+            continue;
         }
-        close(fd);
+        if (cur.pack_id != x->files[i].ptr.pack_id ||
+            cur.off != x->files[i].ptr.off)
+            continue; /* repacked meanwhile: not this entry any more */
+        uint8_t nb[SQZ_PACK_PTR_SIZE];
+        sqz_pack_ptr_encode(&np[i], nb);
+        if (lsetxattr(pp, SQZ_PACK_XATTR, nb, sizeof(nb), XATTR_REPLACE) == 0)
+            (*moved)++; /* times stay (only the ctime changes) */
+        else if (errno != ENODATA)
+            all = 0;
     }
     free(np);
+    if (rc == 0 && !all)
+        rc = GC_AGAIN;
     if (rc)
         return rc;
     (void)fs;
@@ -306,10 +357,21 @@ static int move_live(struct sqz_fs *fs, int dfd, struct pack_info *x,
  * name renamed during readdir), and a pack it seems to leave unreferenced
  * may not be: nothing is removed then, the directory is scanned again
  * later. */
-static int dir_unchanged(int dfd, const struct stat *seen)
+struct gc_dir {
+    int dfd;
+    struct stat seen;      /* the directory as last seen */
+    struct sqz_pack_gc *g;
+    unsigned b;            /* its bucket */
+    uint64_t started0;     /* renames and links started before the scan */
+};
+
+static int dir_unchanged(const struct gc_dir *c)
 {
+    const struct stat *seen = &c->seen;
     struct stat now;
-    return fstat(dfd, &now) == 0 &&
+    if (atomic_load(&c->g->started[c->b]) != c->started0)
+        return 0;
+    return fstat(c->dfd, &now) == 0 &&
            now.st_mtim.tv_sec == seen->st_mtim.tv_sec &&
            now.st_mtim.tv_nsec == seen->st_mtim.tv_nsec &&
            now.st_ctim.tv_sec == seen->st_ctim.tv_sec &&
@@ -319,19 +381,18 @@ static int dir_unchanged(int dfd, const struct stat *seen)
 /* Remove pack name (after checking the directory did not change since
  * *seen), then take *seen anew (the removal changed it). 0, GC_AGAIN or
  * -errno. */
-#define GC_AGAIN 2
-static int remove_pack(struct sqz_fs *fs, int dfd, uint64_t id,
-                       struct stat *seen, uint64_t *removed)
+static int remove_pack(struct sqz_fs *fs, struct gc_dir *c, uint64_t id,
+                       uint64_t *removed)
 {
     char name[SQZ_PACK_NAME_MAX];
     sqz_pack_name(id, name);
-    if (!dir_unchanged(dfd, seen))
+    if (!dir_unchanged(c))
         return GC_AGAIN;
-    if (unlinkat(dfd, name, 0) != 0)
+    if (unlinkat(c->dfd, name, 0) != 0)
         return errno == ENOENT ? 0 : -errno;
     (*removed)++;
     sqz_pack_rd_forget(fs, id);
-    return fstat(dfd, seen) == 0 ? 0 : -errno;
+    return fstat(c->dfd, &c->seen) == 0 ? 0 : -errno;
 }
 
 static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
@@ -347,6 +408,15 @@ static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
         close(dfd);
         return 1; /* removed: its note goes */
     }
+    /* no rename or link of this directory in flight, or the scan could
+     * miss a name */
+    struct gc_dir cx = {.dfd = dfd, .seen = ds, .g = fs->pack_gc,
+                        .b = bucket(ds.st_dev, ds.st_ino)};
+    cx.started0 = atomic_load(&cx.g->started[cx.b]);
+    if (atomic_load(&cx.g->finished[cx.b]) != cx.started0) {
+        close(dfd);
+        return GC_AGAIN;
+    }
     struct pack_info *pi;
     size_t n;
     int rc = scan(dfd, &pi, &n);
@@ -357,7 +427,7 @@ static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
                      "its packs are kept (squeezefs verify names the file)");
         return rc == -EBADMSG ? 0 : rc;
     }
-    if (!dir_unchanged(dfd, &ds)) { /* changed during the scan */
+    if (!dir_unchanged(&cx)) { /* changed during the scan */
         infos_free(pi, n);
         close(dfd);
         return GC_AGAIN;
@@ -367,13 +437,13 @@ static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
     for (size_t i = 0; i < n && rc == 0; i++) {
         struct pack_info *x = &pi[i];
         if (x->nfiles == 0) {
-            if (!dir_unchanged(dfd, &ds)) {
+            if (!dir_unchanged(&cx)) {
                 rc = GC_AGAIN;
                 break;
             }
             if (x->id == busy)
                 sqz_packer_forget(fs, &ds);
-            rc = remove_pack(fs, dfd, x->id, &ds, removed);
+            rc = remove_pack(fs, &cx, x->id, removed);
             continue;
         }
         if (x->size < SQZ_GC_MIN_PACK || x->live * 2 > x->size)
@@ -383,17 +453,17 @@ static int gc_dir(struct sqz_fs *fs, int pathfd, uint64_t *removed,
             busy = 0;
         }
         if (w.fd < 0) {
-            if (!dir_unchanged(dfd, &ds)) {
+            if (!dir_unchanged(&cx)) {
                 rc = GC_AGAIN;
                 break;
             }
             if ((rc = sqz_pack_writer_open(&w, dfd)) != 0 ||
-                (rc = fstat(dfd, &ds) == 0 ? 0 : -errno) != 0)
+                (rc = fstat(dfd, &cx.seen) == 0 ? 0 : -errno) != 0)
                 break;
         }
         rc = move_live(fs, dfd, x, &w, moved);
         if (rc == 0)
-            rc = remove_pack(fs, dfd, x->id, &ds, removed);
+            rc = remove_pack(fs, &cx, x->id, removed);
     }
     if (w.fd >= 0) {
         /* a fresh pack that got nothing (every file went meanwhile) */

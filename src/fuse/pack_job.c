@@ -72,6 +72,8 @@ struct sqz_pack_cand {
     uint64_t wgen;
     sqz_pack_ptr ptr;
     int appended;
+    dev_t dir_dev;        /* the directory of the pack it went into */
+    ino_t dir_ino;
 };
 
 int sqz_packer_init(struct sqz_fs *fs)
@@ -327,12 +329,44 @@ static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
         sqz_rc_temp_discard(&t);
         return tfd;
     }
+    /* still in the directory whose pack holds the entry (a rename into
+     * another one unpacks under io, but may have come between the append
+     * and now) */
+    struct stat ds;
+    if (fstat(t.dirfd, &ds) != 0 || ds.st_dev != x->dir_dev ||
+        ds.st_ino != x->dir_ino) {
+        close(tfd);
+        sqz_rc_temp_discard(&t);
+        return -EBUSY;
+    }
     rc = sqz_pack_ptr_set(tfd, &x->ptr);
     if (rc == 0)
         rc = sqz_rc_temp_meta_nosync(in, &bst, tfd);
-    close(tfd);
+    /* the original, to see a chmod/chown/utimens that came (through the
+     * mount, which does not take io for them) after its metadata was
+     * copied */
+    int oldfd = fcntl(in->fd, F_DUPFD_CLOEXEC, 0);
     if (rc == 0)
-        rc = sqz_rc_replace_locked(fs, in, &t, NULL, 0);
+        rc = sqz_rc_replace_locked(fs, in, &t, NULL, SQZ_RC_NEED_EXCHANGE);
+    struct stat was;
+    if (rc == 0 && oldfd >= 0 && fstat(oldfd, &was) == 0 &&
+        (was.st_mode != bst.st_mode || was.st_uid != bst.st_uid ||
+         was.st_gid != bst.st_gid ||
+         was.st_mtim.tv_sec != bst.st_mtim.tv_sec ||
+         was.st_mtim.tv_nsec != bst.st_mtim.tv_nsec)) {
+        struct timespec tv[2] = {was.st_atim, was.st_mtim};
+        if (fchown(tfd, was.st_uid, was.st_gid) != 0 ||
+            fchmod(tfd, was.st_mode & 07777) != 0 || futimens(tfd, tv) != 0) {
+            char label[PATH_MAX];
+            sqz_inode_label(fs, in, label, sizeof(label));
+            sqz_logf(SQZ_LOG_WARN, "%s: packing: a change of owner, mode or times "
+                     "made meanwhile could not be carried over: %s", label,
+                     strerror(errno));
+        }
+    }
+    if (oldfd >= 0)
+        close(oldfd);
+    close(tfd);
     sqz_rc_temp_discard(&t);
     return rc;
 }
@@ -352,8 +386,24 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
         struct open_pack *op = pack_for(pk, x->in, &err);
         if (op) {
             err = sqz_pack_append(&op->w, &x->params, x->data, x->len, &x->ptr);
+            if (err == -EFBIG) { /* full: flush what this batch put in it,
+                                    go on in a new one */
+                uint64_t full = op->w.id;
+                err = sqz_pack_writer_flush(&op->w);
+                sqz_pack_writer_close(&op->w);
+                for (size_t j = 0; err && j < i; j++)
+                    if (v[j]->appended && v[j]->ptr.pack_id == full)
+                        v[j]->appended = 0; /* not durable: not pointed to */
+                if (err == 0)
+                    err = sqz_pack_writer_open(&op->w, op->dirfd);
+                if (err == 0)
+                    err = sqz_pack_append(&op->w, &x->params, x->data, x->len,
+                                          &x->ptr);
+            }
             if (err == 0) {
                 x->appended = 1;
+                x->dir_dev = op->dev;
+                x->dir_ino = op->ino;
                 op->touched = 1;
             }
         }
@@ -390,13 +440,15 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
         SQZ_RWUNLOCK(&x->in->io);
         if (rc == 0) {
             pk->packed++;
-        } else if (rc == -EBUSY || rc == -ESTALE || rc == -EMLINK) {
-            pk->skipped++;
+        } else if (rc == -EBUSY || rc == -ESTALE || rc == -EMLINK ||
+                   rc == -ENOENT) {
+            pk->skipped++; /* changed, renamed or removed meanwhile */
         } else {
             if (rc == -ENOTSUP || rc == -EOPNOTSUPP) {
                 atomic_store(&pk->disabled, 1);
                 sqz_logf(SQZ_LOG_WARN, "squeezefs: the backing file system has no "
-                         "user xattrs: small files are not packed");
+                         "user xattrs or no RENAME_EXCHANGE: small files are not "
+                         "packed");
             } else {
                 char label[PATH_MAX];
                 sqz_inode_label(fs, x->in, label, sizeof(label));

@@ -113,7 +113,7 @@ int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
                           struct sqz_rc_temp *t, sqz_file *nsf)
 {
     ino_t before = in->ino;
-    int rc = sqz_rc_replace_locked(fs, in, t, nsf, 1);
+    int rc = sqz_rc_replace_locked(fs, in, t, nsf, SQZ_RC_SYNC_DIR);
     if (in->ino != before) {
         /* a container of the replaced file still waiting for its durable
          * mark: that file is gone from the tree (the new one was synced) */

@@ -41,11 +41,16 @@ int sqz_rc_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
                           struct sqz_rc_temp *t, sqz_file *nsf);
 /* The same without dropping a queued container of the replaced file
  * (sqz_rc_install_locked, in recompress.c, does that: durable.c); nsf may
- * be NULL (no open file to hand over: the caller has no handles), sync_dir
- * 0 skips the directory fsync (packing: either name state is a whole file
- * after a crash). */
+ * be NULL (no open file to hand over: the caller has no handles); flags:
+ * SQZ_RC_* (without SQZ_RC_SYNC_DIR, for packing: either name state is a
+ * whole file after a crash). */
 int sqz_rc_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
                              struct sqz_rc_temp *t, sqz_file *nsf,
-                             int sync_dir);
+                             int flags);
+#define SQZ_RC_SYNC_DIR 1      /* fsync the directory after the rename */
+#define SQZ_RC_NEED_EXCHANGE 2 /* -EOPNOTSUPP where the file system has no
+                                  RENAME_EXCHANGE (packing: a checked plain
+                                  rename could replace a file renamed over
+                                  the name meanwhile) */
 
 #endif

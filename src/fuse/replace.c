@@ -158,12 +158,14 @@ int sqz_rc_temp_meta_nosync(struct sqz_inode *in, const struct stat *bst,
  * the mount does not take io): that file keeps its name. A plain rename
  * elsewhere. 0 or -errno (-ESTALE: the name holds another file now). */
 static int replace_original(struct sqz_rc_temp *t, const struct sqz_inode *in,
-                            const char *label)
+                            const char *label, int flags)
 {
     if (renameat2(t->dirfd, t->tmp, t->dirfd, t->base, RENAME_EXCHANGE) != 0) {
         if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP &&
             errno != EOPNOTSUPP)
             return -errno;
+        if (flags & SQZ_RC_NEED_EXCHANGE)
+            return -EOPNOTSUPP;
         if (renameat(t->dirfd, t->tmp, t->dirfd, t->base) != 0)
             return -errno;
         t->made = 0;
@@ -189,7 +191,7 @@ static int replace_original(struct sqz_rc_temp *t, const struct sqz_inode *in,
 
 int sqz_rc_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
                              struct sqz_rc_temp *t, sqz_file *nsf,
-                             int sync_dir)
+                             int flags)
 {
     SQZ_ASSERT_EXCL(&in->io);
     char label[PATH_MAX];
@@ -215,13 +217,13 @@ int sqz_rc_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
     else if (cur.st_nlink > 1) /* linked meanwhile: renaming would split them */
         rc = -EMLINK;
     else
-        rc = replace_original(t, in, label);
+        rc = replace_original(t, in, label, flags);
     if (rc) {
         close(npfd);
         sqz_file_close(nsf);
         return rc;
     }
-    if (sync_dir && fsync(t->dirfd) != 0)
+    if ((flags & SQZ_RC_SYNC_DIR) && fsync(t->dirfd) != 0)
         sqz_logf(SQZ_LOG_WARN, "%s: replacing: fsync of the directory failed: %s", label,
                  strerror(errno));
 
