@@ -77,6 +77,9 @@ int sqz_pack_open(int dirfd, uint64_t pack_id, char *err, size_t errlen);
  * every check p makes holds exactly the bytes p was written for). */
 int sqz_pack_read_fd(int fd, const sqz_pack_ptr *p, void *buf, char *err,
                      size_t errlen);
+/* The directory that holds path (its packs), opened O_RDONLY: an fd or
+ * -errno. */
+int sqz_pack_open_dir_of(const char *path);
 /* The same for the file at path: reads its pointer and its pack. 1 read
  * (*p filled, *buf malloc'd, p->length bytes; free it), 0 not packed (a
  * backing file with bytes, or no pointer), or a negative errno (-EIO or

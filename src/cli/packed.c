@@ -31,15 +31,7 @@ static int parent_dirfd(const char *path)
     char abs[PATH_MAX];
     if (!realpath(path, abs))
         return -errno;
-    char *slash = strrchr(abs, '/');
-    if (!slash)
-        return -EINVAL;
-    if (slash == abs)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
-    int fd = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return fd < 0 ? -errno : fd;
+    return sqz_pack_open_dir_of(abs);
 }
 
 /* "damaged packed file: " + the library's reason without its "packed: ". */

@@ -263,18 +263,8 @@ int sqz_pack_read_fd(int fd, const sqz_pack_ptr *p, void *buf, char *err,
     return r;
 }
 
-int sqz_pack_load_path(const char *path, sqz_pack_ptr *p, void **buf,
-                       char *err, size_t errlen)
+int sqz_pack_open_dir_of(const char *path)
 {
-    *buf = NULL;
-    struct stat st;
-    if (lstat(path, &st) != 0)
-        return -errno;
-    if (!S_ISREG(st.st_mode) || st.st_size != 0)
-        return 0;
-    int r = sqz_pack_ptr_get(path, p, err, errlen);
-    if (r <= 0)
-        return r;
     char dir[4096];
     const char *slash = strrchr(path, '/');
     if (!slash) {
@@ -287,8 +277,24 @@ int sqz_pack_load_path(const char *path, sqz_pack_ptr *p, void **buf,
         dir[dl] = '\0';
     }
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0)
+    return dfd < 0 ? -errno : dfd;
+}
+
+int sqz_pack_load_path(const char *path, sqz_pack_ptr *p, void **buf,
+                       char *err, size_t errlen)
+{
+    *buf = NULL;
+    struct stat st;
+    if (lstat(path, &st) != 0)
         return -errno;
+    if (!S_ISREG(st.st_mode) || st.st_size != 0)
+        return 0;
+    int r = sqz_pack_ptr_get(path, p, err, errlen);
+    if (r <= 0)
+        return r;
+    int dfd = sqz_pack_open_dir_of(path);
+    if (dfd < 0)
+        return dfd;
     void *b = malloc(p->length);
     if (!b) {
         close(dfd);

@@ -21,17 +21,7 @@ static int parent_dirfd(struct sqz_inode *in)
 {
     char abs[PATH_MAX + 16];
     int r = sqz_inode_abspath(in, abs, sizeof(abs));
-    if (r)
-        return r;
-    char *slash = strrchr(abs, '/');
-    if (!slash)
-        return -EINVAL;
-    if (slash == abs)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
-    int fd = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return fd < 0 ? -errno : fd;
+    return r ? r : sqz_pack_open_dir_of(abs);
 }
 
 /* Read the content of a packed inode (malloc'd into *buf, *p its

@@ -237,19 +237,10 @@ static struct open_pack *pack_for(struct sqz_packer *pk, struct sqz_inode *in,
     *err = sqz_inode_abspath(in, abs, sizeof(abs));
     if (*err)
         return NULL;
-    char *slash = strrchr(abs, '/');
-    if (!slash) {
-        *err = -EINVAL;
-        return NULL;
-    }
-    if (slash == abs)
-        slash[1] = '\0';
-    else
-        *slash = '\0';
-    int dfd = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dfd = sqz_pack_open_dir_of(abs);
     struct stat ds;
     if (dfd < 0 || fstat(dfd, &ds) != 0) {
-        *err = -errno;
+        *err = dfd < 0 ? dfd : -errno;
         if (dfd >= 0)
             close(dfd);
         return NULL;
