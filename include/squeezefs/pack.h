@@ -56,6 +56,8 @@ int sqz_pack_ptr_decode(const void *in, size_t n, sqz_pack_ptr *p, char *err,
  * -ENOTSUP / other -errno. Does not look at the file's size. */
 int sqz_pack_ptr_get(const char *path, sqz_pack_ptr *p, char *err,
                      size_t errlen);
+/* The same on an open descriptor (not O_PATH; a symlink's target). */
+int sqz_pack_ptr_fget(int fd, sqz_pack_ptr *p, char *err, size_t errlen);
 /* Set the pointer on an open descriptor (not O_PATH). 0 or -errno. */
 int sqz_pack_ptr_set(int fd, const sqz_pack_ptr *p);
 
@@ -80,7 +82,11 @@ int sqz_pack_read_fd(int fd, const sqz_pack_ptr *p, void *buf, char *err,
 /* The directory that holds path (its packs), opened O_RDONLY: an fd or
  * -errno. */
 int sqz_pack_open_dir_of(const char *path);
-/* The same for the file at path: reads its pointer and its pack. 1 read
+/* sqz_pack_read of the pack of the directory holding path into a new
+ * buffer (*buf, p->length bytes; free it). 0 or a negative errno. */
+int sqz_pack_read_alloc(const char *path, const sqz_pack_ptr *p, void **buf,
+                        char *err, size_t errlen);
+/* The same for the file at path (its pointer read first): reads its pointer and its pack. 1 read
  * (*p filled, *buf malloc'd, p->length bytes; free it), 0 not packed (a
  * backing file with bytes, or no pointer), or a negative errno (-EIO or
  * -EBADMSG: damaged, reason in err). */

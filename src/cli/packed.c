@@ -25,15 +25,6 @@ int cli_is_pack_name(const char *path)
     return sqz_pack_name_parse(base_name(path), &id);
 }
 
-/* The directory that holds path (symlinks resolved), O_RDONLY. */
-static int parent_dirfd(const char *path)
-{
-    char abs[PATH_MAX];
-    if (!realpath(path, abs))
-        return -errno;
-    return sqz_pack_open_dir_of(abs);
-}
-
 /* "damaged packed file: " + the library's reason without its "packed: ". */
 static void damaged(char *err, size_t errlen, const char *why)
 {
@@ -48,36 +39,21 @@ int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
                     char *err, size_t errlen)
 {
     *buf = NULL;
-    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
     char why[200] = "";
-    ssize_t n = fgetxattr(fd, SQZ_PACK_XATTR, b, sizeof b);
-    if (n < 0) {
-        if (errno == ENODATA || errno == ENOTSUP)
-            return 0;
-        if (errno != ERANGE)
-            return -errno;
-        n = (ssize_t)sizeof b; /* longer than a pointer: damaged */
-    }
-    int r = sqz_pack_ptr_decode(b, (size_t)n, p, why, sizeof why);
-    if (r == 0) {
-        int dfd = parent_dirfd(path);
-        if (dfd < 0)
-            return dfd;
-        void *data = malloc(p->length);
-        if (!data) {
-            close(dfd);
-            return -ENOMEM;
-        }
-        r = sqz_pack_read(dfd, p, data, why, sizeof why);
-        close(dfd);
-        if (r == 0) {
-            *buf = data;
-            return 1;
-        }
-        free(data);
-    }
-    if (r == -ENOMEM)
+    int r = sqz_pack_ptr_fget(fd, p, why, sizeof why);
+    if (r == 0 || (r < 0 && r != -EBADMSG))
         return r;
+    if (r == 1) {
+        /* the directory of the file fd is (symlinks resolved) */
+        char abs[PATH_MAX];
+        if (!realpath(path, abs))
+            return -errno;
+        r = sqz_pack_read_alloc(abs, p, buf, why, sizeof why);
+        if (r == 0)
+            return 1;
+        if (r != -EIO)
+            return r; /* the directory cannot be opened, no memory */
+    }
     damaged(err, errlen, why);
     return r;
 }

@@ -103,22 +103,36 @@ int sqz_pack_ptr_decode(const void *in, size_t n, sqz_pack_ptr *p, char *err,
     return plausible(p, err, errlen);
 }
 
+/* The pointer from an xattr read that returned n (errno e when n < 0). */
+static int ptr_of_xattr(ssize_t n, int e, const uint8_t *b, sqz_pack_ptr *p,
+                        char *err, size_t errlen)
+{
+    if (n < 0) {
+        if (e == ENODATA || e == ENOTSUP)
+            return 0;
+        if (e == ERANGE) {
+            sqz_errf(err, errlen, "packed: damaged pointer (too long)");
+            return -EBADMSG;
+        }
+        return -e;
+    }
+    int r = sqz_pack_ptr_decode(b, (size_t)n, p, err, errlen);
+    return r < 0 ? r : 1;
+}
+
 int sqz_pack_ptr_get(const char *path, sqz_pack_ptr *p, char *err,
                      size_t errlen)
 {
     uint8_t b[SQZ_PACK_PTR_SIZE + 1];
     ssize_t n = lgetxattr(path, SQZ_PACK_XATTR, b, sizeof b);
-    if (n < 0) {
-        if (errno == ENODATA || errno == ENOTSUP)
-            return 0;
-        if (errno == ERANGE) {
-            sqz_errf(err, errlen, "packed: damaged pointer (too long)");
-            return -EBADMSG;
-        }
-        return -errno;
-    }
-    int r = sqz_pack_ptr_decode(b, (size_t)n, p, err, errlen);
-    return r < 0 ? r : 1;
+    return ptr_of_xattr(n, errno, b, p, err, errlen);
+}
+
+int sqz_pack_ptr_fget(int fd, sqz_pack_ptr *p, char *err, size_t errlen)
+{
+    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
+    ssize_t n = fgetxattr(fd, SQZ_PACK_XATTR, b, sizeof b);
+    return ptr_of_xattr(n, errno, b, p, err, errlen);
 }
 
 int sqz_pack_ptr_set(int fd, const sqz_pack_ptr *p)
@@ -280,6 +294,28 @@ int sqz_pack_open_dir_of(const char *path)
     return dfd < 0 ? -errno : dfd;
 }
 
+int sqz_pack_read_alloc(const char *path, const sqz_pack_ptr *p, void **buf,
+                        char *err, size_t errlen)
+{
+    *buf = NULL;
+    int dfd = sqz_pack_open_dir_of(path);
+    if (dfd < 0)
+        return dfd;
+    void *b = malloc(p->length);
+    if (!b) {
+        close(dfd);
+        return -ENOMEM;
+    }
+    int r = sqz_pack_read(dfd, p, b, err, errlen);
+    close(dfd);
+    if (r < 0) {
+        free(b);
+        return r;
+    }
+    *buf = b;
+    return 0;
+}
+
 int sqz_pack_load_path(const char *path, sqz_pack_ptr *p, void **buf,
                        char *err, size_t errlen)
 {
@@ -292,22 +328,8 @@ int sqz_pack_load_path(const char *path, sqz_pack_ptr *p, void **buf,
     int r = sqz_pack_ptr_get(path, p, err, errlen);
     if (r <= 0)
         return r;
-    int dfd = sqz_pack_open_dir_of(path);
-    if (dfd < 0)
-        return dfd;
-    void *b = malloc(p->length);
-    if (!b) {
-        close(dfd);
-        return -ENOMEM;
-    }
-    r = sqz_pack_read(dfd, p, b, err, errlen);
-    close(dfd);
-    if (r < 0) {
-        free(b);
-        return r;
-    }
-    *buf = b;
-    return 1;
+    r = sqz_pack_read_alloc(path, p, buf, err, errlen);
+    return r < 0 ? r : 1;
 }
 
 static int new_id(uint64_t *id)
