@@ -52,10 +52,15 @@ void sqz_pack_ptr_encode(const sqz_pack_ptr *p, uint8_t out[SQZ_PACK_PTR_SIZE]);
 int sqz_pack_ptr_decode(const void *in, size_t n, sqz_pack_ptr *p, char *err,
                         size_t errlen);
 /* The pointer of the file at path (no symlink followed): 1 packed (*p
- * filled), 0 no pointer, -EBADMSG a damaged pointer (reason in err),
- * -ENOTSUP / other -errno. Does not look at the file's size. */
+ * filled), 0 no pointer (or a file system without xattrs), -EBADMSG a
+ * damaged pointer (reason in err), other -errno. Does not look at the
+ * file's size. */
 int sqz_pack_ptr_get(const char *path, sqz_pack_ptr *p, char *err,
                      size_t errlen);
+/* The same, following symlinks: for /proc/self/fd/N of an O_PATH
+ * descriptor (the daemon's inodes). */
+int sqz_pack_ptr_get_follow(const char *path, sqz_pack_ptr *p, char *err,
+                            size_t errlen);
 /* The same on an open descriptor (not O_PATH; a symlink's target). */
 int sqz_pack_ptr_fget(int fd, sqz_pack_ptr *p, char *err, size_t errlen);
 /* Set the pointer on an open descriptor (not O_PATH). 0 or -errno. */

@@ -128,6 +128,14 @@ int sqz_pack_ptr_get(const char *path, sqz_pack_ptr *p, char *err,
     return ptr_of_xattr(n, errno, b, p, err, errlen);
 }
 
+int sqz_pack_ptr_get_follow(const char *path, sqz_pack_ptr *p, char *err,
+                            size_t errlen)
+{
+    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
+    ssize_t n = getxattr(path, SQZ_PACK_XATTR, b, sizeof b);
+    return ptr_of_xattr(n, errno, b, p, err, errlen);
+}
+
 int sqz_pack_ptr_fget(int fd, sqz_pack_ptr *p, char *err, size_t errlen)
 {
     uint8_t b[SQZ_PACK_PTR_SIZE + 1];

@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/xattr.h>
 #include <unistd.h>
 
 void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
@@ -33,18 +32,8 @@ int sqz_pack_ptr_of(struct sqz_inode *in, sqz_pack_ptr *p, char *err,
                     size_t errlen)
 {
     char pp[64];
-    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
     sqz_proc_path(in->fd, pp, sizeof(pp));
-    ssize_t n = getxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
-    if (n < 0) {
-        if (errno == ENODATA || errno == ENOTSUP)
-            return 0;
-        if (errno != ERANGE)
-            return -errno;
-        n = (ssize_t)sizeof(b); /* too long: damaged */
-    }
-    int r = sqz_pack_ptr_decode(b, (size_t)n, p, err, errlen);
-    return r < 0 ? r : 1;
+    return sqz_pack_ptr_get_follow(pp, p, err, errlen);
 }
 
 int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,

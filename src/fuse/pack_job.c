@@ -122,15 +122,10 @@ static int candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
 {
     SQZ_ASSERT_EXCL(&in->io);
     *out = NULL;
-    struct sqz_packer *pk = fs->packer;
-    if (!pk || atomic_load(&pk->disabled) || !fs->opts.pack || fs->opts.ro ||
-        in->type != S_IFREG || sqz_content_handles_open(in) || in->sf ||
-        in->dctr)
+    if (!sqz_pack_worth(fs, c) || in->type != S_IFREG ||
+        sqz_content_handles_open(in) || in->sf || in->dctr)
         return 0;
     uint64_t len = sqz_ctr_length(c);
-    size_t bs = sqz_ctr_block_size(c);
-    if (len == 0 || len > SQZ_PACK_MAX_LENGTH || len > bs)
-        return 0;
     struct stat st;
     if (fstat(sqz_ctr_fd(c), &st) != 0 || st.st_nlink != 1 ||
         st.st_size == 0)
