@@ -8,7 +8,7 @@
 #   --quick       only deps, build/, unit tests and pytest on build/
 #                 (skips the ASan and TSan builds + tests and fuzzing).
 #   --no-install  do not run tools/install-deps.sh.
-# Environment: FUZZ_SECONDS (default 60, --long 600), PYTEST_ARGS (extra
+# Environment: FUZZ_SECONDS (default 50, --long 600), PYTEST_ARGS (extra
 #   arguments for the pytest stages), PYTEST_TIMEOUT / ASAN_PYTEST_TIMEOUT /
 #   TSAN_PYTEST_TIMEOUT (seconds, safety nets against hangs).
 #
@@ -57,7 +57,7 @@ if [[ $LONG -eq 1 ]]; then
     ASAN_PYTEST_TIMEOUT=${ASAN_PYTEST_TIMEOUT:-1800}
     TSAN_PYTEST_TIMEOUT=${TSAN_PYTEST_TIMEOUT:-1800}
 else
-    FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+    FUZZ_SECONDS=${FUZZ_SECONDS:-50}
     PYTEST_TIMEOUT=${PYTEST_TIMEOUT:-720}
     ASAN_PYTEST_TIMEOUT=${ASAN_PYTEST_TIMEOUT:-300}
     TSAN_PYTEST_TIMEOUT=${TSAN_PYTEST_TIMEOUT:-300}
