@@ -14,7 +14,7 @@ KEYS = {"logical_bytes_read", "logical_bytes_written", "backing_bytes_read",
         "blocks_compressed", "bytes_compressed", "raw_blocks_stored", "cache_hits",
         "cache_misses", "cache_bytes", "dirty_bytes", "pushed_blocks", "pushed_bytes",
         "push_skipped", "opens_from_lookup", "files_packed", "pack_failures",
-        "packs_removed", "pack_entries_moved"}
+        "packs_removed", "pack_entries_moved", "packed_bytes_read"}
 # tiering (read-write mounts, issue 16)
 TIER_KEYS = {"tier_interval", "tier_rate", "tier_files", "tier_bytes_before",
              "tier_bytes_after", "tier_logical_bytes", "tier_skipped", "tier_abandoned",

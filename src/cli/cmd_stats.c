@@ -15,6 +15,7 @@ static const char *const keys[] = {
     "cache_hits", "cache_misses", "cache_bytes", "dirty_bytes",
     "pushed_blocks", "pushed_bytes", "push_skipped", "opens_from_lookup",
     "files_packed", "pack_failures", "packs_removed", "pack_entries_moved",
+    "packed_bytes_read",
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -60,6 +60,7 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
         if (off < in->pbuf_len) {
             r = (ssize_t)(in->pbuf_len - off < n ? in->pbuf_len - off : n);
             memcpy(buf, (const char *)in->pbuf + off, (size_t)r);
+            atomic_fetch_add(&fs->packed_bytes_read, (uint64_t)r);
         }
     } else if (in->kind == SQZ_K_PENDING)
         r = 0;

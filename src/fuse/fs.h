@@ -179,6 +179,7 @@ struct sqz_fs {
     size_t plus_max_inodes;     /* const: READDIRPLUS looks entries up only
                                    below this many inodes (mount.c) */
     atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
+    atomic_uint_fast64_t packed_bytes_read; /* READ replies of packed files */
 
     pthread_mutex_t itable_lock;
     struct sqz_inode **buckets;
@@ -475,9 +476,15 @@ void sqz_push_fence(struct sqz_inode *in);
 /* io held: 1 and *gen if the bytes read now under io may be pushed. */
 int sqz_push_sample(struct sqz_fs *fs, struct sqz_inode *in, uint64_t *gen);
 /* After the READ reply, with no lock held and the inode kept alive: push
- * the blocks of sp if nothing changed since the sample gen. */
-void sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
-                    uint64_t gen, sqz_read_spill *sp);
+ * the blocks of sp if nothing changed since the sample gen. 0 when all
+ * were pushed, -EAGAIN refused, or the first error of the kernel. */
+int sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
+                   uint64_t gen, sqz_read_spill *sp);
+/* A read-only open of a packed file on a read-write mount, before its
+ * reply: push the whole content (the daemon already holds it) so that the
+ * reads that follow need no READ. 1 when every page was pushed (the open
+ * may keep the kernel's cache), else 0. */
+int sqz_push_packed(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in);
 
 /* ---- wlock.c: one read-write mount per BACKING ---- */
 /* Before mounting (read-write mounts only): take the writer lock. -EBUSY

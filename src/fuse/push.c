@@ -45,6 +45,8 @@
 #include "common/lockorder.h"
 
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Pushes in flight at once per mount (the request loop has at least 16
  * threads; see mount.c). */
@@ -135,15 +137,16 @@ static void push_leave(struct sqz_fs *fs, struct sqz_inode *in)
     atomic_fetch_sub(&fs->push_inflight, 1);
 }
 
-void sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
-                    uint64_t gen, sqz_read_spill *sp)
+int sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
+                   uint64_t gen, sqz_read_spill *sp)
 {
     if (sp->n == 0)
-        return;
+        return 0;
     if (push_enter(fs, in, gen) != 0) {
         atomic_fetch_add(&fs->push_skipped, sp->n);
-        return;
+        return -EAGAIN;
     }
+    int first = 0;
     for (size_t i = 0; i < sp->n; i++) {
         struct fuse_bufvec bv = FUSE_BUFVEC_INIT(sp->v[i].len);
         bv.buf[0].mem = (void *)sp->v[i].data;
@@ -155,7 +158,44 @@ void sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
         } else {
             /* -ENOENT: the kernel forgot the inode; nothing to fill */
             atomic_fetch_add(&fs->push_skipped, 1);
+            if (!first)
+                first = rc < 0 ? rc : -EIO;
         }
     }
     push_leave(fs, in);
+    return first;
+}
+
+/* The content is copied under io with the sample (the inode's buffer may
+ * go once io is released), and pushed holding no lock, under the same
+ * fence as a READ's blocks. Only on read-write mounts: there this mount
+ * is the only writer, so the kernel's idea of the file's size is the
+ * file's, and every page the kernel may hold for the file is replaced. */
+int sqz_push_packed(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in)
+{
+    if (fs->opts.ro || !fs->se)
+        return 0;
+    void *copy = NULL;
+    size_t len = 0;
+    uint64_t gen = 0;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    if (in->kind == SQZ_K_PACKED && in->pbuf && in->pbuf_len > 0 &&
+        in->writers == 0 && sqz_push_sample(fs, in, &gen)) {
+        copy = malloc(in->pbuf_len);
+        if (copy) {
+            len = in->pbuf_len;
+            memcpy(copy, in->pbuf, len);
+        }
+    }
+    SQZ_RWUNLOCK(&in->io);
+    if (!copy)
+        return 0;
+    sqz_read_spill sp = {.n = 1};
+    sp.v[0].data = copy;
+    sp.v[0].off = 0;
+    sp.v[0].len = len;
+    sp.v[0].ref = NULL;
+    int rc = sqz_push_store(fs, ino, in, gen, &sp);
+    free(copy);
+    return rc == 0;
 }
