@@ -76,8 +76,10 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     fi->fh = (uint64_t)(uintptr_t)h;
     /* A packed file opened for reading: its whole content goes into the
      * kernel now, and the open keeps it (no READ, nor the GETATTR that a
-     * READ's atime update costs, per small file read). */
-    if ((fi->flags & (O_ACCMODE | O_TRUNC)) == O_RDONLY && sqz_push_packed(fs, ino, in))
+     * READ's atime update costs, per small file read). Not when the
+     * kernel's pages are kept anyway (unchanged since they were read). */
+    if (!kc && (fi->flags & (O_ACCMODE | O_TRUNC)) == O_RDONLY &&
+        sqz_push_packed(fs, ino, in))
         kc = 1;
     fi->keep_cache = kc ? 1 : 0;
     /* A read-only handle has nothing to flush at close (the writers' own
