@@ -4,6 +4,7 @@ containers, and SIGTERM with unflushed data."""
 import errno
 import hashlib
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -47,13 +48,15 @@ def sha(b):
     return hashlib.sha256(b).hexdigest()
 
 
-def damage_a_block(path, n=64):
-    """Invert n bytes of a backing container where they hit a data block.
-    The layout depends on how background commits were batched, so the
-    middle of the file may be a commit record, a checkpoint or a superseded
-    version of a block (redundant, no data lost): try positions on a copy
-    until reading the copy's content (`squeezefs cat`) fails, then damage
-    the file itself there."""
+def damage_a_block(path, n=64, nblocks=None):
+    """Invert n bytes of a backing container where they hit a data block
+    (with nblocks, the file's number of blocks: neither its first nor its
+    last block). The layout depends on how background commits were batched,
+    so the middle of the file may be a commit record, a checkpoint, a
+    superseded version of a block (redundant, no data lost) or any block of
+    the file: try positions on a copy until reading the copy's content
+    (`squeezefs cat`) fails at a block that qualifies, then damage the file
+    itself there."""
     size = path.stat().st_size
     copy = path.with_name(path.name + ".probe")
     try:
@@ -63,7 +66,9 @@ def damage_a_block(path, n=64):
             flip_bytes(copy, pos, n)
             c = subprocess.run([squeezefs_bin(), "cat", str(copy)], stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, text=True, timeout=120)
-            if c.returncode != 0 and "block" in c.stderr:
+            hit = re.search(r"block (\d+) is damaged", c.stderr)
+            if c.returncode != 0 and hit and (
+                    nblocks is None or 0 < int(hit.group(1)) < nblocks - 1):
                 flip_bytes(path, pos, n)
                 return pos
     finally:
@@ -299,7 +304,8 @@ def test_damaged_block_inside_large_reads(mount_factory, tmp_path, spec):
     data = text_data(6 << 20, 11)
     write_fsync(m.path("a"), data)
     assert m.unmount() == 0
-    damage_a_block(backing / "a")
+    bs = int(spec.split("/")[1].rstrip("K")) << 10
+    damage_a_block(backing / "a", nblocks=len(data) // bs)
 
     m2 = mount_factory(backing=backing, options=[f"compress={spec}"])
     p = m2.path("a")
