@@ -99,20 +99,40 @@ def warm(src):
     sh(f"tar cf - -C {src} . | cat >/dev/null", shell=True)
 
 
-class Btrfs:
+class LoopFs:
+    """A fresh file system (mkfs argv + device) on a loop device over a
+    sparse image of size bytes, mounted at mnt with mount options opts."""
+
+    def __init__(self, img, mnt, size, mkfs, opts=None):
+        self.img, self.mnt, self.loop = img, mnt, None
+        with open(img, "wb") as f:
+            f.truncate(size)
+        self.loop = subprocess.run(["losetup", "-f", "--show", img], check=True,
+                                   capture_output=True, text=True).stdout.strip()
+        try:
+            sh(mkfs + [self.loop], stdout=subprocess.DEVNULL)
+            os.makedirs(mnt, exist_ok=True)
+            sh(["mount"] + (["-o", opts] if opts else []) + [self.loop, mnt])
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        if self.loop:
+            subprocess.run(["umount", self.mnt])
+            subprocess.run(["losetup", "-d", self.loop])
+            self.loop = None
+        if os.path.exists(self.img):
+            os.unlink(self.img)
+
+
+class Btrfs(LoopFs):
     """A btrfs compress-force=zstd:1 file system on a loop device."""
 
     def __init__(self, workdir, size):
-        self.img = os.path.join(workdir, "btrfs.img")
-        self.mnt = os.path.join(workdir, "btrfs-mnt")
-        self.loop = None
-        with open(self.img, "wb") as f:
-            f.truncate(size)
-        self.loop = subprocess.run(["losetup", "-f", "--show", self.img], check=True,
-                                   capture_output=True, text=True).stdout.strip()
-        sh(["mkfs.btrfs", "-q", "-f", self.loop], stdout=subprocess.DEVNULL)
-        os.makedirs(self.mnt)
-        sh(["mount", "-o", "compress-force=zstd:1", self.loop, self.mnt])
+        super().__init__(os.path.join(workdir, "btrfs.img"),
+                         os.path.join(workdir, "btrfs-mnt"), size,
+                         ["mkfs.btrfs", "-q", "-f"], "compress-force=zstd:1")
 
     def df(self):
         out = subprocess.run(["btrfs", "filesystem", "df", "-b", self.mnt], check=True,
@@ -124,16 +144,8 @@ class Btrfs:
                 used[kind] = int(line.split("used=")[1].split()[0])
         return used.get("Data", 0), used.get("Metadata", 0)
 
-    def close(self):
-        if self.loop:
-            subprocess.run(["umount", self.mnt])
-            subprocess.run(["losetup", "-d", self.loop])
-            self.loop = None
-        if os.path.exists(self.img):
-            os.unlink(self.img)
 
-
-class Ext4Loop:
+class Ext4Loop(LoopFs):
     """A fresh ext4 (mkfs.ext4 defaults: journal, 256-byte inodes) on a
     loop device, mounted at mnt, for one target's run (--ext4): the
     targets do not share an allocator. On an ext4 without a journal (the
@@ -142,23 +154,8 @@ class Ext4Loop:
     depends on what the previous runs deleted."""
 
     def __init__(self, img, mnt, size):
-        self.img, self.mnt, self.loop = img, mnt, None
-        with open(img, "wb") as f:
-            f.truncate(size)
-        self.loop = subprocess.run(["losetup", "-f", "--show", img], check=True,
-                                   capture_output=True, text=True).stdout.strip()
-        sh(["mkfs.ext4", "-q", "-F", self.loop], stdout=subprocess.DEVNULL)
-        os.makedirs(mnt, exist_ok=True)
-        sh(["mount", self.loop, mnt])
+        super().__init__(img, mnt, size, ["mkfs.ext4", "-q", "-F"])
         log(f"fresh ext4 on {self.loop} at {mnt}")
-
-    def close(self):
-        if self.loop:
-            subprocess.run(["umount", self.mnt])
-            subprocess.run(["losetup", "-d", self.loop])
-            self.loop = None
-        if os.path.exists(self.img):
-            os.unlink(self.img)
 
 
 def compsize_disk(path):
