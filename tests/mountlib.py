@@ -34,6 +34,12 @@ def run_cli(*args, check=True, input=None, timeout=300, env=None):
     return p
 
 
+def mount_stats(mnt):
+    """The daemon's counters of the mount at mnt (`squeezefs stats --json`)."""
+    import json
+    return json.loads(run_cli("stats", "--json", mnt).stdout)
+
+
 def unescape_mountinfo(field):
     """mountinfo writes space, tab, newline and backslash as \\ooo."""
     return re.sub(r"\\([0-3][0-7][0-7])", lambda m: chr(int(m.group(1), 8)), field)

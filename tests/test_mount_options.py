@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import run_as
-from mountlib import is_mounted, run_cli, squeezefs_bin
+from mountlib import is_mounted, mount_stats, run_cli, squeezefs_bin
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -33,10 +33,6 @@ def rd(path):
 
 def sqz_stat(path):
     return json.loads(run_cli("stat", "--json", path).stdout)
-
-
-def sqz_stats(mnt):
-    return json.loads(run_cli("stats", "--json", mnt).stdout)
 
 
 def mount_entry(path):
@@ -292,7 +288,7 @@ def test_cache_option_bounds_cache(mount_factory):
     m.unmount()
     m.start()
     assert rd(m.path("f")) == data
-    st = sqz_stats(m.mnt)
+    st = mount_stats(m.mnt)
     assert st["cache_bytes"] <= 1 * MiB + 128 * KiB, st
 
 
@@ -438,13 +434,13 @@ def test_writeback_never_on_a_read_only_mount(mount_factory):
     only: a read-only mount follows another mount's writes, and with the
     cache its kernel would keep its own file sizes."""
     m = mount_factory()
-    assert sqz_stats(m.mnt)["writeback_cache"] == 1
+    assert mount_stats(m.mnt)["writeback_cache"] == 1
     backing = m.backing
     assert m.unmount() == 0
     r = mount_factory(options=["ro", "writeback"], backing=backing, name="ro")
-    assert sqz_stats(r.mnt)["writeback_cache"] == 0
+    assert mount_stats(r.mnt)["writeback_cache"] == 0
     r2 = mount_factory(options=["ro"], backing=backing, name="ro2")
-    assert sqz_stats(r2.mnt)["writeback_cache"] == 0
+    assert mount_stats(r2.mnt)["writeback_cache"] == 0
 
 
 def test_writeback_is_on_by_default_and_nowriteback_turns_it_off(mount_factory):
@@ -459,7 +455,7 @@ def test_writeback_is_on_by_default_and_nowriteback_turns_it_off(mount_factory):
 
     for opts, cached in (([], True), (["nowriteback"], False)):
         m = mount_factory(options=opts, name="wb" if cached else "nowb")
-        assert sqz_stats(m.mnt)["writeback_cache"] == (1 if cached else 0)
+        assert mount_stats(m.mnt)["writeback_cache"] == (1 if cached else 0)
         fd = os.open(m.path("f"), os.O_CREAT | os.O_WRONLY, 0o644)
         try:
             before = written(m)

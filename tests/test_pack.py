@@ -24,6 +24,8 @@ import time
 
 import pytest
 
+from mountlib import mount_stats
+
 PTR_XATTR = "user.squeezefs.packed"
 PTR_MAGIC = 0x50505153          # "SQPP"
 PACK_RE = re.compile(r"^\.sqz-tmp\.pack\.[0-9a-f]{16}$")
@@ -548,12 +550,6 @@ def test_unmount_packs_what_is_pending(mount_factory):
     assert m2.unmount() == 0, m2.log()
 
 
-def _stats(m):
-    import json
-    from mountlib import run_cli
-    return json.loads(run_cli("stats", "--json", m.mnt).stdout)
-
-
 def test_reading_packed_files_needs_no_read_request(mount_factory):
     """A read-only open of a packed file pushes its whole content into the
     kernel (src/fuse/push.c, sqz_push_packed) and keeps it: the reads that
@@ -568,10 +564,10 @@ def test_reading_packed_files_needs_no_read_request(mount_factory):
     assert m.unmount() == 0, m.log()
     assert all(state(os.path.join(m.backing, r)) == "packed" for r in files)
     m2 = mount_factory(backing=m.backing, name="again")
-    before = _stats(m2)
+    before = mount_stats(m2.mnt)
     for rel, content in files.items():
         assert rd(m2.path(rel)) == content, rel
-    after = _stats(m2)
+    after = mount_stats(m2.mnt)
     # the same reads through a direct_io handle reach the daemon: counted
     fd = os.open(m2.path("d/f9"), os.O_RDONLY | os.O_DIRECT)
     try:
@@ -580,7 +576,7 @@ def test_reading_packed_files_needs_no_read_request(mount_factory):
         assert buf[:n] == files["d/f9"]
     finally:
         os.close(fd)
-    assert _stats(m2)["packed_bytes_read"] - after["packed_bytes_read"] == n
+    assert mount_stats(m2.mnt)["packed_bytes_read"] - after["packed_bytes_read"] == n
     assert after["packed_bytes_read"] == before["packed_bytes_read"], (before, after)
     assert after["pushed_blocks"] - before["pushed_blocks"] >= len(files), after
     # a reader holding the file open while another handle writes

@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 
-from mountlib import run_cli
+from mountlib import mount_stats, run_cli
 
 PAGE = 4096
 N = 1024                # pages of the file at rest (4 MiB, 32 blocks of 128K)
@@ -47,10 +47,6 @@ def classify(p, data):
     if magic == b"SQZPAGE!" and pp == p and data == page(p, v):
         return ("v", v)
     return ("bad", data.hex())  # whole page: check() looks for a torn read
-
-
-def stats(m):
-    return json.loads(run_cli("stats", "--json", m.mnt).stdout)
 
 
 def rss_kib(pid):
@@ -243,12 +239,12 @@ def test_neighbours_of_a_random_read_come_from_the_kernel(mount_factory):
     fd = os.open(path, os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        before = stats(m)
+        before = mount_stats(m.mnt)
         rnd = random.Random(7)
         pages = [rnd.randrange(N) for _ in range(4000)]
         for p in pages:
             assert os.pread(fd, PAGE, p * PAGE) == data[p * PAGE:(p + 1) * PAGE], p
-        after = stats(m)
+        after = mount_stats(m.mnt)
     finally:
         os.close(fd)
     read = after["logical_bytes_read"] - before["logical_bytes_read"]
@@ -269,7 +265,7 @@ def test_random_reads_racing_writes_truncates_appends_recompress(mount_factory,
         f.write(b"".join(page(p, 0) for p in range(N)))
     watch = RssWatch(m.proc.pid)
     watch.start()
-    before = stats(m)
+    before = mount_stats(m.mnt)
     ctx = mp.get_context("fork")
     t_start = time.monotonic()
     until = t_start + 6
@@ -286,7 +282,7 @@ def test_random_reads_racing_writes_truncates_appends_recompress(mount_factory,
     t_ran = time.monotonic()
     watch.stop.set()
     watch.join()
-    after = stats(m)
+    after = mount_stats(m.mnt)
     with open(tmp_path / "w.json") as f:
         events = json.load(f)
     reads = []

@@ -4,7 +4,7 @@ import os
 import random
 
 
-from mountlib import run_cli
+from mountlib import mount_stats, run_cli
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -30,10 +30,6 @@ def text(n, seed=0):
     return (line * (n // len(line) + 1))[:n]
 
 
-def stats(m):
-    return json.loads(run_cli("stats", "--json", m.mnt).stdout)
-
-
 def delta(a, b):
     return {k: b[k] - a[k] for k in KEYS}
 
@@ -44,7 +40,7 @@ def wr(path, data):
 
 
 def test_stats_keys(mnt):
-    s = stats(mnt)
+    s = mount_stats(mnt.mnt)
     want = KEYS | TIER_KEYS | FUSE_KEYS
     assert set(s) == want, f"extra {set(s) - want}, missing {want - set(s)}"
     for k, v in s.items():
@@ -55,7 +51,7 @@ def test_stats_keys(mnt):
 
 def test_logical_bytes_written(mnt):
     n = 1234567
-    before = stats(mnt)
+    before = mount_stats(mnt.mnt)
     fd = os.open(mnt.path("f"), os.O_CREAT | os.O_WRONLY, 0o644)
     try:
         data = text(n)
@@ -65,7 +61,7 @@ def test_logical_bytes_written(mnt):
         os.fsync(fd)
     finally:
         os.close(fd)
-    d = delta(before, stats(mnt))
+    d = delta(before, mount_stats(mnt.mnt))
     assert d["logical_bytes_written"] == n, d
     # committed: compressed blocks went to the backing file, smaller than the input
     assert d["blocks_compressed"] >= n // (128 * KiB), d
@@ -74,9 +70,9 @@ def test_logical_bytes_written(mnt):
 
 def test_raw_blocks_counted(mount_factory):
     m = mount_factory(options=["compress=zstd:1/64K"])
-    before = stats(m)
+    before = mount_stats(m.mnt)
     wr(m.path("rnd"), random.Random(1).randbytes(1 * MiB))
-    d = delta(before, stats(m))
+    d = delta(before, mount_stats(m.mnt))
     assert d["raw_blocks_stored"] == 16, d
     assert d["logical_bytes_written"] == MiB, d
 
@@ -86,10 +82,10 @@ def test_dirty_bytes_zero_after_fsync(mnt):
     try:
         os.write(fd, text(3 * MiB))
         os.fsync(fd)
-        assert stats(mnt)["dirty_bytes"] == 0
+        assert mount_stats(mnt.mnt)["dirty_bytes"] == 0
     finally:
         os.close(fd)
-    assert stats(mnt)["dirty_bytes"] == 0
+    assert mount_stats(mnt.mnt)["dirty_bytes"] == 0
 
 
 def test_cold_random_4k_read_decompresses_one_block(mount_factory):
@@ -101,10 +97,10 @@ def test_cold_random_4k_read_decompresses_one_block(mount_factory):
     fd = os.open(m.path("f"), os.O_RDONLY)
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        before = stats(m)
+        before = mount_stats(m.mnt)
         off = 5 * MiB + 3 * 4096
         assert os.pread(fd, 4096, off) == data[off:off + 4096]
-        d = delta(before, stats(m))
+        d = delta(before, mount_stats(m.mnt))
     finally:
         os.close(fd)
     assert d["blocks_decompressed"] == 1, d
@@ -123,11 +119,11 @@ def test_second_read_is_cached(mount_factory):
     m.start()
     fd = os.open(m.path("f"), os.O_RDONLY)
     try:
-        s0 = stats(m)
+        s0 = mount_stats(m.mnt)
         assert os.pread(fd, len(data), 0) == data
-        s1 = stats(m)
+        s1 = mount_stats(m.mnt)
         assert os.pread(fd, len(data), 0) == data
-        s2 = stats(m)
+        s2 = mount_stats(m.mnt)
     finally:
         os.close(fd)
     d1, d2 = delta(s0, s1), delta(s1, s2)
@@ -148,11 +144,11 @@ def test_block_cache_hits_across_opens(mount_factory):
     with open(m.path("f"), "rb") as f:
         assert f.read() == data
         # while the file is open its decompressed blocks sit in the block cache
-        assert stats(m)["cache_bytes"] > 0
-    s1 = stats(m)
+        assert mount_stats(m.mnt)["cache_bytes"] > 0
+    s1 = mount_stats(m.mnt)
     with open(m.path("f"), "rb") as f:
         assert f.read() == data
-    d = delta(s1, stats(m))
+    d = delta(s1, mount_stats(m.mnt))
     assert d["blocks_decompressed"] < 32, d
 
 
