@@ -1,4 +1,6 @@
 """Helpers to run squeezefs in tests: mount a backing dir, always unmount."""
+import ctypes
+import ctypes.util
 import os
 import re
 import signal
@@ -176,3 +178,17 @@ def flip_bytes(path, pos, n=64):
         chunk = f.read(n)
         f.seek(pos)
         f.write(bytes(x ^ 0xFF for x in chunk))
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+RENAME_EXCHANGE = 2
+
+
+def renameat2(old, new, flags):
+    """renameat2(2) of two paths (flags: RENAME_EXCHANGE, ...)."""
+    f = _libc.renameat2
+    f.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                  ctypes.c_uint]
+    if f(-100, os.fsencode(old), -100, os.fsencode(new), flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e), old)

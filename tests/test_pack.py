@@ -12,8 +12,6 @@ packs nor the pointer are visible. A writer, a truncate to a non-zero size,
 a second link or a rename into another directory make it a container
 first; O_TRUNC and truncate to 0 drop the pointer. Damage is tested by
 tests/test_integrity.py (test_corruption_matrix_packed_files)."""
-import ctypes
-import ctypes.util
 import errno
 import mmap
 import os
@@ -24,7 +22,7 @@ import time
 
 import pytest
 
-from mountlib import mount_stats
+from mountlib import RENAME_EXCHANGE, mount_stats, renameat2
 
 PTR_XATTR = "user.squeezefs.packed"
 PTR_MAGIC = 0x50505153          # "SQPP"
@@ -33,19 +31,6 @@ CTR_MAGIC = b"SQZFS\x00\x01\x1a"
 MAX_PACKED = 131072             # SQZ_PACK_MAX_LENGTH (and one block)
 # the durable thread's batch interval is 2 s: poll up to this long
 PACK_WAIT = 6.0
-
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-RENAME_EXCHANGE = 2
-
-
-def renameat2(old, new, flags):
-    f = _libc.renameat2
-    f.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                  ctypes.c_uint]
-    if f(-100, os.fsencode(old), -100, os.fsencode(new), flags) != 0:
-        e = ctypes.get_errno()
-        raise OSError(e, os.strerror(e), old)
-
 
 def data(n, seed):
     """n bytes, text and random mixed (compresses, but not to nothing)."""

@@ -4,11 +4,12 @@ import errno
 import json
 import os
 import random
+import time
 
 import pytest
 
 from conftest import run_as
-from mountlib import run_cli
+from mountlib import RENAME_EXCHANGE, renameat2, run_cli
 
 KiB = 1024
 MiB = 1024 * 1024
@@ -125,6 +126,51 @@ def test_remove_dir_policy(mnt):
     wr(os.path.join(d, "b"), text(50 * KiB))
     assert params(os.path.join(d, "a")) == ("snappy", 0, 12)
     assert params(os.path.join(d, "b")) == ("zstd", 1, 17)
+
+
+def test_moved_directory_takes_its_new_chain_at_once(mnt):
+    # the daemon caches a directory's chain for new files: a rename
+    # through the mount must not leave the old one in use
+    for top, spec in (("a", "lz4/4K"), ("b", "gzip:9/16K")):
+        os.mkdir(mnt.path(top))
+        setpol(mnt.path(top), spec)
+    os.makedirs(mnt.path("a", "sub"))
+    wr(mnt.path("a", "sub", "f1"), text(40 * KiB))
+    assert params(mnt.path("a", "sub", "f1")) == ("lz4", 0, 12)
+    os.rename(mnt.path("a", "sub"), mnt.path("b", "sub"))
+    wr(mnt.path("b", "sub", "f2"), text(40 * KiB))
+    assert params(mnt.path("b", "sub", "f2")) == ("gzip", 9, 14)
+    # an ancestor moved: the same
+    os.makedirs(mnt.path("b", "sub", "deep"))
+    wr(mnt.path("b", "sub", "deep", "g1"), text(40 * KiB))
+    os.rename(mnt.path("b", "sub"), mnt.path("a", "sub2"))
+    wr(mnt.path("a", "sub2", "deep", "g2"), text(40 * KiB))
+    assert params(mnt.path("a", "sub2", "deep", "g1")) == ("gzip", 9, 14)
+    assert params(mnt.path("a", "sub2", "deep", "g2")) == ("lz4", 0, 12)
+    # exchanged directories swap chains
+    os.makedirs(mnt.path("b", "x"))
+    wr(mnt.path("a", "sub2", "h1"), text(40 * KiB))
+    wr(mnt.path("b", "x", "h1"), text(40 * KiB))
+    renameat2(mnt.path("a", "sub2"), mnt.path("b", "x"), RENAME_EXCHANGE)
+    wr(mnt.path("a", "sub2", "h2"), text(40 * KiB))  # was b/x
+    wr(mnt.path("b", "x", "h2"), text(40 * KiB))     # was a/sub2
+    assert params(mnt.path("a", "sub2", "h2")) == ("lz4", 0, 12)
+    assert params(mnt.path("b", "x", "h2")) == ("gzip", 9, 14)
+    for rel in ("a/sub2/h1", "b/x/h1"):
+        assert rd(mnt.path(rel)) == text(40 * KiB)
+
+
+def test_policy_set_on_backing_is_seen_within_the_timeout(mnt):
+    # set behind the mount's back (on BACKING): no generation bump, so
+    # the cached chain of the directory serves until it is a second old
+    d = mnt.path("d")
+    os.mkdir(d)
+    wr(os.path.join(d, "a"), text(40 * KiB))
+    setpol(os.path.join(mnt.backing, "d"), "snappy/8K")
+    time.sleep(1.2)
+    wr(os.path.join(d, "b"), text(40 * KiB))
+    assert params(os.path.join(d, "a")) == ("zstd", 1, 17)
+    assert params(os.path.join(d, "b")) == ("snappy", 0, 13)
 
 
 # ---------------------------------------------------------------- reporting

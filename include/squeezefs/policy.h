@@ -144,6 +144,26 @@ int sqz_policy_resolve(int root_fd, const char *relpath,
                        const sqz_rules *rules, const char *rules_name,
                        const sqz_spec *deflt, sqz_resolved *out);
 
+/* Resolution in two steps, for callers that resolve many new files of one
+ * directory (the daemon caches the first step per directory):
+ * the xattr policies of a directory and its ancestors, deepest valid one
+ * winning (sqz_policy_walk_dir; "" is the root; a missing component ends
+ * the walk as in sqz_policy_resolve; -ENOTDIR if reldir names a regular
+ * file), then rules and default for relpath, a file in that directory
+ * without a policy xattr of its own (sqz_policy_resolve_found). Together
+ * they give what sqz_policy_resolve gives for such a file. */
+typedef struct sqz_policy_found {
+    int found;                  /* an xattr policy applies */
+    sqz_policy pol;             /* the deepest valid one */
+    sqz_policy_source source;
+    int xattr_bs;               /* block size of the deepest spec having one */
+    char where[sizeof(((sqz_resolved *)0)->where)];
+} sqz_policy_found;
+int sqz_policy_walk_dir(int root_fd, const char *reldir, sqz_policy_found *out);
+int sqz_policy_resolve_found(const sqz_policy_found *found, const char *relpath,
+                             const sqz_rules *rules, const char *rules_name,
+                             const sqz_spec *deflt, sqz_resolved *out);
+
 /* auto: pick an algorithm and level by trial compression of sample (the
  * first blocks of a file), within a budget of a few milliseconds.
  * mode: SQZ_AUTO_BALANCED / RATIO / SPEED. Random data gives SQZ_ALG_NONE.

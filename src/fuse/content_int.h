@@ -31,10 +31,12 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in,
                           int want_write);
 /* Close the sf after its last handle, or queue it for its durable mark. */
 int sqz_content_close_sf(struct sqz_fs *fs, struct sqz_inode *in);
-/* Make an empty file a container (or PENDING for auto) per its policy;
- * relpath_or_null: its path, or NULL to look it up. */
-int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in,
-                              const char *relpath_or_null);
+/* Make an empty file PENDING (its container is written with its first
+ * data) per its policy: the resolved r, or (convert_empty) the one its
+ * path resolves to. */
+int sqz_content_pending_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                               const sqz_resolved *r);
+int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in);
 /* After container bookkeeping writes: put back the times the user set
  * (takes meta, held across one utimensat). io held (shared or
  * exclusive). */

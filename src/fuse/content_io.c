@@ -311,7 +311,7 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
         sqz_content_invalidate(in);
         /* An emptied plain file nobody holds open becomes a container. */
         if (rc == 0 && size == 0 && !sqz_content_handles_open(in)) {
-            rc = sqz_content_convert_empty(fs, in, NULL);
+            rc = sqz_content_convert_empty(fs, in);
             if (in->sf) {
                 int rc2 = sqz_file_close(in->sf);
                 in->sf = NULL;

@@ -131,7 +131,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     }
     if (kind == SQZ_K_PLAIN && writable && bst.st_size == 0 &&
         in->plain_users == 0 && in->sf_users == 0) {
-        rc = sqz_content_convert_empty(fs, in, NULL);
+        rc = sqz_content_convert_empty(fs, in);
         if (rc)
             goto out;
         kind = in->kind;
@@ -223,7 +223,8 @@ out:
 }
 
 int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
-                       const char *relpath, int flags, struct sqz_handle *h)
+                       const sqz_resolved *r, int create_fd,
+                       const struct stat *st, int flags, struct sqz_handle *h)
 {
     memset(h, 0, sizeof(*h));
     h->inode = in;
@@ -232,7 +233,11 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
     if (writable)
         sqz_push_block(in); /* as in sqz_content_open */
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
-    int rc = sqz_content_convert_empty(fs, in, relpath);
+    int rc = sqz_content_pending_locked(fs, in, r);
+    if (rc == 0 && create_fd >= 0 && in->create_fd < 0 && in->sf_users == 0) {
+        in->create_fd = create_fd;
+        create_fd = -1;
+    }
     if (rc == 0) {
         in->sf_users++;
         h->append = (flags & O_APPEND) != 0;
@@ -241,9 +246,14 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
             in->writers++;
             sqz_inode_changed(in);
         }
-        record_kc(in, NULL);
+        struct sqz_bkey k;
+        if (st)
+            sqz_bkey_of(st, &k);
+        record_kc(in, st ? &k : NULL);
     }
     SQZ_RWUNLOCK(&in->io);
+    if (create_fd >= 0)
+        close(create_fd);
     if (rc == 0)
         sqz_inode_open_ref(fs, in);
     else if (writable)
@@ -317,6 +327,10 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
             else
                 sqz_content_invalidate(in);
         }
+    }
+    if (in->sf_users == 0 && in->create_fd >= 0) {
+        close(in->create_fd); /* the container never came */
+        in->create_fd = -1;
     }
     if (!sqz_content_handles_open(in)) {
         sqz_content_packed_free_locked(in);

@@ -160,7 +160,10 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
         sqz_logf(SQZ_LOG_ERR, "%s: invalid compression parameters: %s", label, err);
         return -EINVAL;
     }
-    int fd = sqz_inode_reopen(in, O_RDWR);
+    int fd = in->create_fd; /* the creation's own fd, else a new one */
+    in->create_fd = -1;
+    if (fd < 0)
+        fd = sqz_inode_reopen(in, O_RDWR);
     if (fd < 0)
         return fd;
     sqz_ctr *c = NULL;
@@ -178,30 +181,18 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
     return 0;
 }
 
-/* Decide the policy of an empty file and make it PENDING: the container is
+/* Make an empty file PENDING with the resolved policy r: the container is
  * written only when the first data arrives (sqz_content_materialize_locked),
  * so an empty file stays a 0-byte backing file (no data block, no header
  * write, no fsync; a 0-byte file reads as empty whatever it was meant to
  * become). Caller holds io exclusive. */
-int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in,
-                         const char *relpath_or_null)
+int sqz_content_pending_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                               const sqz_resolved *r)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    char rel[PATH_MAX];
-    if (relpath_or_null) {
-        snprintf(rel, sizeof(rel), "%s", relpath_or_null);
-    } else {
-        int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
-        if (rc)
-            return rc;
-    }
-    sqz_resolved r;
-    int rc = sqz_resolve(fs, rel, &r);
-    if (rc)
-        return rc;
     sqz_params p;
-    sqz_params_from_spec(fs, &r.spec, &p);
-    if (r.spec.auto_mode == SQZ_AUTO_NONE) {
+    sqz_params_from_spec(fs, &r->spec, &p);
+    if (r->spec.auto_mode == SQZ_AUTO_NONE) {
         char err[256] = "";
         if (sqz_params_check(&p, err, sizeof(err)) != 0) {
             char label[PATH_MAX];
@@ -214,6 +205,22 @@ int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in,
     in->pending = p;
     in->kind = SQZ_K_PENDING;
     return 0;
+}
+
+/* The same for an existing empty file, resolving its policy by its path
+ * (its own xattr included). Caller holds io exclusive. */
+int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    char rel[PATH_MAX];
+    int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
+    if (rc)
+        return rc;
+    sqz_resolved r;
+    rc = sqz_resolve(fs, rel, &r);
+    if (rc)
+        return rc;
+    return sqz_content_pending_locked(fs, in, &r);
 }
 
 /* Below this much data a trial compression says little (a first log line

@@ -95,6 +95,8 @@ struct sqz_inode {
                                durable (content_io.c) */
     void *pbuf;          /* PACKED with handles open: the content */
     uint64_t pbuf_len;
+    int create_fd;       /* read-write fd of a file this mount just created,
+                            for its container (make_container); -1 */
     /* atomic */
     atomic_uint_fast64_t wgen; /* bumped by every change of the content
                                   through the mount and every open for
@@ -118,6 +120,8 @@ struct sqz_inode {
     int utimes_kept;     /* times set by the user after the last write: */
     struct timespec utimes[2]; /* re-applied after container writes that
                                   are not user data (sync mark, checkpoint) */
+    struct sqz_dirpol *dirpol; /* directory: its policy chain for new files
+                                  (newfile_policy.c); NULL if none cached */
     /* push_mu (push.c): blocks pushed into the kernel's page cache */
     pthread_mutex_t push_mu;
     pthread_cond_t push_cv;  /* push_busy dropped to 0 */
@@ -180,6 +184,9 @@ struct sqz_fs {
                                    below this many inodes (mount.c) */
     atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
     atomic_uint_fast64_t packed_bytes_read; /* READ replies of packed files */
+    atomic_uint_fast64_t policy_gen; /* bumped after a policy xattr or a
+                                        directory changed place through the
+                                        mount (newfile_policy.c) */
 
     pthread_mutex_t itable_lock;
     struct sqz_inode **buckets;
@@ -257,8 +264,9 @@ int sqz_inode_reopen(struct sqz_inode *in, int flags);
 void sqz_inode_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
                      size_t n);
 /* Set the new object's owner to the caller's uid/gid (setgid dirs keep
- * the parent's group). Used by create/mkdir/mknod/symlink. */
-int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
+ * the parent's group). Used by create/mkdir/mknod/symlink. parent_st: the
+ * parent's backing stat, or NULL to take it only if it is needed. */
+int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, struct sqz_inode *parent,
                   const char *name, const struct stat *parent_st);
 
 /* ---- content_kind.c: kind probing, attributes shown ---- */
@@ -300,10 +308,14 @@ int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
  * fills h and *keep_cache. Takes io exclusive. */
 int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
                      struct sqz_handle *h, int *keep_cache);
-/* The file was just created (0 bytes) by create: make it a container (or
- * PENDING for auto) per its effective policy, as a first handle. */
+/* The file was just created (0 bytes) by create: make it PENDING per its
+ * effective policy r (sqz_resolve_new), as a first handle. create_fd: the
+ * read-write fd the creation opened, or -1; it is taken (kept for the
+ * container, closed with the inode's last handle) either way. st: the
+ * backing stat of the new file, or NULL. */
 int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
-                       const char *relpath, int flags, struct sqz_handle *h);
+                       const sqz_resolved *r, int create_fd,
+                       const struct stat *st, int flags, struct sqz_handle *h);
 /* Drop a handle; the last one commits and closes the sf. Returns the
  * commit error. */
 int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h);
@@ -322,6 +334,18 @@ void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s,
                           sqz_params *p);
 /* Policy glue: the effective policy of a path below BACKING. */
 int sqz_resolve(struct sqz_fs *fs, const char *relpath, sqz_resolved *out);
+
+/* ---- newfile_policy.c: the policy of a new file, chains cached per
+ * directory ---- */
+/* The effective policy of a file name about to be created in dir (it has
+ * no policy xattr of its own). 0 or -errno. */
+int sqz_resolve_new(struct sqz_fs *fs, struct sqz_inode *dir,
+                    const char *name, sqz_resolved *out);
+/* After a policy xattr was set or removed, or a directory renamed,
+ * through the mount: cached chains are walked again. */
+void sqz_policy_changed(struct sqz_fs *fs);
+/* Free a directory inode's cached chain (inode teardown). */
+void sqz_dirpol_free(struct sqz_inode *in);
 
 /* ---- content_io.c: data I/O ---- */
 /* Read/write through a handle (locks io shared; materialises PENDING).

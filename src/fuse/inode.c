@@ -50,6 +50,7 @@ static struct sqz_inode *inode_new(int fd, const struct stat *st)
     in->ino = st->st_ino;
     in->type = st->st_mode & S_IFMT;
     in->kind = SQZ_K_UNKNOWN;
+    in->create_fd = -1;
     return in;
 }
 
@@ -156,6 +157,9 @@ void sqz_inode_stash_drop(struct sqz_inode *in)
 static void inode_destroy(struct sqz_inode *in)
 {
     sqz_inode_stash_drop(in);
+    sqz_dirpol_free(in);
+    if (in->create_fd >= 0)
+        close(in->create_fd);
     if (in->fd >= 0)
         close(in->fd);
     pthread_rwlock_destroy(&in->io);
@@ -332,20 +336,29 @@ void sqz_inode_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
         snprintf(buf, n, "(inode %llu)", (unsigned long long)in->ino);
 }
 
-int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, int dirfd,
+int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, struct sqz_inode *parent,
                   const char *name, const struct stat *parent_st)
 {
     if (fs->uid != 0)
         return 0;
     const struct fuse_ctx *ctx = fuse_req_ctx(req);
-    int sgid = (parent_st->st_mode & S_ISGID) != 0;
-    gid_t gid = sgid ? parent_st->st_gid : ctx->gid;
     /* created by the daemon, the object already has its euid and (in a
      * setgid directory) the directory's group, else its egid: a caller
      * with those ids needs no chown (one syscall less per file of a cp) */
-    if (ctx->uid == fs->uid && (sgid || ctx->gid == fs->gid))
+    if (ctx->uid == fs->uid && ctx->gid == fs->gid)
         return 0;
-    if (fchownat(dirfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
+    struct stat pst;
+    if (!parent_st) {
+        int rc = sqz_backing_stat(parent, &pst);
+        if (rc)
+            return rc;
+        parent_st = &pst;
+    }
+    int sgid = (parent_st->st_mode & S_ISGID) != 0;
+    gid_t gid = sgid ? parent_st->st_gid : ctx->gid;
+    if (ctx->uid == fs->uid && sgid)
+        return 0;
+    if (fchownat(parent->fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
         return -errno;
     return 0;
 }

@@ -65,7 +65,7 @@ static void finish_new_entry(fuse_req_t req, struct sqz_fs *fs,
                              const struct stat *pst, int rc, int unlink_flags)
 {
     if (rc == 0) {
-        rc = sqz_chown_new(fs, req, p->fd, name, pst);
+        rc = sqz_chown_new(fs, req, p, name, pst);
         if (rc)
             unlinkat(p->fd, name, unlink_flags);
     }
@@ -241,12 +241,8 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
     mode_t type = mode & S_IFMT;
     if (type == S_IFREG) {
         /* A regular file made by mknod is an empty container. */
-        char rel[PATH_MAX];
-        rc = sqz_inode_relpath(fs, p, rel, sizeof(rel));
-        size_t l = strlen(rel);
-        if (rc == 0 && (size_t)snprintf(rel + l, sizeof(rel) - l, "%s%s",
-                                        l ? "/" : "", name) >= sizeof(rel) - l)
-            rc = -ENAMETOOLONG;
+        sqz_resolved pol;
+        rc = sqz_resolve_new(fs, p, name, &pol);
         int fd = -1;
         if (rc == 0) {
             fd = openat(p->fd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW |
@@ -261,7 +257,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
             return;
         }
         struct fuse_entry_param ent;
-        rc = sqz_chown_new(fs, req, p->fd, name, &pst);
+        rc = sqz_chown_new(fs, req, p, name, &pst);
         if (rc == 0)
             rc = sqz_do_lookup(fs, p, name, &ent);
         if (rc) {
@@ -271,7 +267,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
         }
         struct sqz_inode *in = sqz_inode_of(fs, ent.ino);
         struct sqz_handle h;
-        rc = sqz_content_create(fs, in, rel, O_WRONLY, &h);
+        rc = sqz_content_create(fs, in, &pol, -1, NULL, O_WRONLY, &h);
         if (rc == 0)
             rc = sqz_content_release(fs, &h);
         if (rc) {
@@ -438,6 +434,15 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     fuse_reply_err(req, e);
 }
 
+/* After a rename: did it move a directory (now at newname; exchanging,
+ * the other one is at name)? A failed check counts as yes. */
+static int is_dir_at(struct sqz_inode *dir, const char *name)
+{
+    struct stat st;
+    return fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+           S_ISDIR(st.st_mode);
+}
+
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
                       fuse_ino_t newparent, const char *newname,
                       unsigned int flags)
@@ -491,6 +496,9 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
         if (np != p)
             sqz_pack_gc_rename_begin(fs, np);
         rc = renameat2(p->fd, name, np->fd, newname, flags) != 0 ? -errno : 0;
+        if (rc == 0 && (is_dir_at(np, newname) ||
+                        ((flags & RENAME_EXCHANGE) && is_dir_at(p, name))))
+            sqz_policy_changed(fs); /* a directory's chain changed */
         sqz_pack_gc_rename_end(fs, p);
         if (np != p)
             sqz_pack_gc_rename_end(fs, np);

@@ -121,20 +121,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
         return;
     }
     int flags = adjust_flags(fs, fi->flags);
-    struct stat pst;
-    int rc = sqz_backing_stat(p, &pst);
-    if (rc) {
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    char rel[PATH_MAX];
-    rc = sqz_inode_relpath(fs, p, rel, sizeof(rel));
-    if (rc == 0) {
-        size_t l = strlen(rel);
-        int n = snprintf(rel + l, sizeof(rel) - l, "%s%s", l ? "/" : "", name);
-        if (n < 0 || (size_t)n >= sizeof(rel) - l)
-            rc = -ENAMETOOLONG;
-    }
+    /* The policy first: a file that cannot get one is not created. */
+    sqz_resolved pol;
+    int rc = sqz_resolve_new(fs, p, name, &pol);
     if (rc) {
         fuse_reply_err(req, -rc);
         return;
@@ -176,28 +165,39 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
         fuse_reply_err(req, -rc);
         return;
     }
-    close(fd);
-    rc = sqz_chown_new(fs, req, p->fd, name, &pst);
+    /* A file this call created: empty, no xattr (no pack pointer to
+     * probe), its policy resolved above; the entry shows its backing stat
+     * as it is. */
+    struct sqz_inode *in = NULL;
+    memset(&e, 0, sizeof(e));
+    rc = sqz_chown_new(fs, req, p, name, NULL);
     if (rc == 0)
-        rc = sqz_do_lookup(fs, p, name, &e);
+        rc = sqz_inode_lookup(fs, p, name, &e.attr, &in);
+    if (rc == 0 && (!S_ISREG(e.attr.st_mode) || e.attr.st_size != 0)) {
+        sqz_inode_forget(fs, in, 1); /* replaced meanwhile (not through us) */
+        in = NULL;
+        rc = -EAGAIN;
+    }
     if (rc) {
+        close(fd);
         unlinkat(p->fd, name, 0);
         free(h);
         fuse_reply_err(req, -rc);
         return;
     }
-    struct sqz_inode *in = sqz_inode_of(fs, e.ino);
-    rc = sqz_content_create(fs, in, rel, flags, h);
+    rc = sqz_content_create(fs, in, &pol, fd, &e.attr, flags, h);
     if (rc) {
-        sqz_logf(SQZ_LOG_ERR, "%s: cannot create container: %s", rel, strerror(-rc));
+        sqz_logf(SQZ_LOG_ERR, "%s: cannot create container: %s", name, strerror(-rc));
         unlinkat(p->fd, name, 0);
         sqz_inode_forget(fs, in, 1);
         free(h);
         fuse_reply_err(req, -rc);
         return;
     }
-    /* Attributes after the container header was written. */
-    sqz_getattr(fs, in, &e.attr);
+    e.ino = sqz_nodeid(fs, in);
+    e.generation = 0;
+    e.attr_timeout = fs->timeout;
+    e.entry_timeout = fs->timeout;
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->keep_cache = 0;
     fi->direct_io = 0;

@@ -262,6 +262,8 @@ static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
     sqz_proc_path(in->fd, pp, sizeof(pp));
     rc = setxattr(pp, SQZ_POLICY_XATTR, text, strlen(text), flags) ? -errno : 0;
     free(text);
+    if (rc == 0)
+        sqz_policy_changed(fs); /* new files below it take it */
     return rc;
 }
 
@@ -345,6 +347,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
         char pp[64];
         sqz_proc_path(in->fd, pp, sizeof(pp));
         rc = removexattr(pp, name) ? -errno : 0;
+        if (rc == 0 && strcmp(name, SQZ_POLICY_XATTR) == 0)
+            sqz_policy_changed(fs);
     }
     fuse_reply_err(req, -rc);
 }

@@ -98,16 +98,7 @@ static int open_last(int parent, const char *name, int *is_dir)
     return fd;
 }
 
-/* Best xattr policy found so far while walking down. */
-typedef struct walk {
-    int found;
-    sqz_policy pol;           /* deepest valid policy */
-    sqz_policy_source source;
-    int xattr_bs;             /* block size of the deepest spec having one */
-    char where[sizeof(((sqz_resolved *)0)->where)];
-} walk;
-
-static void walk_take(walk *w, const sqz_policy *s, sqz_policy_source src,
+static void walk_take(sqz_policy_found *w, const sqz_policy *s, sqz_policy_source src,
                       const char *path, size_t pathlen)
 {
     w->found = 1;
@@ -123,7 +114,7 @@ static void walk_take(walk *w, const sqz_policy *s, sqz_policy_source src,
 }
 
 /* Walk relpath below root_fd collecting xattr policies. */
-static int walk_path(int root_fd, const char *rel, walk *w)
+static int walk_path(int root_fd, const char *rel, sqz_policy_found *w)
 {
     sqz_policy s;
     int r = read_policy(root_fd, &s);
@@ -187,19 +178,30 @@ static int walk_path(int root_fd, const char *rel, walk *w)
     return rc;
 }
 
-int sqz_policy_resolve(int root_fd, const char *relpath,
-                       const sqz_rules *rules, const char *rules_name,
-                       const sqz_spec *deflt, sqz_resolved *out)
+int sqz_policy_walk_dir(int root_fd, const char *reldir, sqz_policy_found *out)
 {
-    if (!relpath || !deflt || !out || deflt->log2bs < 12 || deflt->log2bs > 20)
+    if (!reldir || !out)
+        return -EINVAL;
+    while (*reldir == '/')
+        reldir++;
+    memset(out, 0, sizeof *out);
+    int rc = walk_path(root_fd, reldir, out);
+    /* a regular file at the end holds no directory policy: its own xattr
+     * is the file's, not its children's (there are none) */
+    if (rc == 0 && out->found && out->source == SQZ_SRC_FILE)
+        rc = -ENOTDIR;
+    return rc < 0 ? rc : 0;
+}
+
+int sqz_policy_resolve_found(const sqz_policy_found *w, const char *relpath,
+                             const sqz_rules *rules, const char *rules_name,
+                             const sqz_spec *deflt, sqz_resolved *out)
+{
+    if (!w || !relpath || !deflt || !out || deflt->log2bs < 12 ||
+        deflt->log2bs > 20)
         return -EINVAL;
     while (*relpath == '/')
         relpath++;
-
-    walk w = {0};
-    int rc = walk_path(root_fd, relpath, &w);
-    if (rc < 0)
-        return rc;
 
     sqz_policy rule;
     int line = sqz_rules_match_policy(rules, relpath, &rule);
@@ -208,12 +210,12 @@ int sqz_policy_resolve(int root_fd, const char *relpath,
     memset(out, 0, sizeof *out);
     out->after_s = -1;
     const sqz_policy *won = NULL;
-    if (w.found) {
-        won = &w.pol;
-        out->spec = w.pol.spec;
-        out->spec.log2bs = w.xattr_bs ? w.xattr_bs : lower_bs;
-        out->source = w.source;
-        memcpy(out->where, w.where, sizeof out->where);
+    if (w->found) {
+        won = &w->pol;
+        out->spec = w->pol.spec;
+        out->spec.log2bs = w->xattr_bs ? w->xattr_bs : lower_bs;
+        out->source = w->source;
+        memcpy(out->where, w->where, sizeof out->where);
     } else if (line) {
         won = &rule;
         out->spec = rule.spec;
@@ -233,4 +235,20 @@ int sqz_policy_resolve(int root_fd, const char *relpath,
             out->aged.log2bs = out->spec.log2bs;
     }
     return 0;
+}
+
+int sqz_policy_resolve(int root_fd, const char *relpath,
+                       const sqz_rules *rules, const char *rules_name,
+                       const sqz_spec *deflt, sqz_resolved *out)
+{
+    if (!relpath || !deflt || !out || deflt->log2bs < 12 || deflt->log2bs > 20)
+        return -EINVAL;
+    while (*relpath == '/')
+        relpath++;
+
+    sqz_policy_found w = {0};
+    int rc = walk_path(root_fd, relpath, &w);
+    if (rc < 0)
+        return rc;
+    return sqz_policy_resolve_found(&w, relpath, rules, rules_name, deflt, out);
 }

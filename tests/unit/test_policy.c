@@ -507,6 +507,37 @@ static void check_res(int root_fd, const char *rel, const sqz_rules *rules,
                 spec, (int)src, where);
         sqz_test_failures++;
     }
+    /* the two steps the daemon takes for a new file (the directory's
+     * chain, cached, then rules and default) give the same, unless the
+     * file's own xattr decided */
+    const char *slash = strrchr(rel, '/');
+    struct stat est;
+    if (rc != 0 || res.source == SQZ_SRC_FILE || !rel[0] ||
+        (slash && !slash[1]) ||
+        (fstatat(root_fd, rel[0] == '/' ? rel + 1 : rel, &est,
+                 AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(est.st_mode)))
+        return; /* not a file name: a directory's own xattr counts */
+    char dir[4200] = "";
+    if (slash)
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - rel), rel);
+    sqz_policy_found f;
+    memset(&f, 0x55, sizeof f);
+    if (sqz_policy_walk_dir(root_fd, dir, &f) != 0)
+        return; /* a regular file named as a directory with its own xattr */
+    sqz_resolved two;
+    memset(&two, 0x55, sizeof two);
+    int rc2 = sqz_policy_resolve_found(&f, rel, rules, "rules.txt", deflt, &two);
+    char got2[64] = "?";
+    if (rc2 == 0)
+        sqz_spec_format(&two.spec, got2, sizeof got2);
+    if (rc2 != 0 || strcmp(got2, got) != 0 || two.source != res.source ||
+        strcmp(two.where, res.where) != 0 || two.after_s != res.after_s) {
+        fprintf(stderr, "two-step resolve '%s' (dir '%s'): rc=%d spec=%s "
+                "source=%d where='%.64s' (one step: %s %d '%.64s')\n",
+                rel, dir, rc2, got2, (int)two.source, rc2 == 0 ? two.where : "",
+                got, (int)res.source, res.where);
+        sqz_test_failures++;
+    }
 }
 
 static char *xattr_tmpdir(void)
