@@ -12,6 +12,10 @@ plain FUSE passthrough and squeezefs (defaults, plus --variant mounts):
             the directory (squeezefs: of the backing directory))
   sqlite    ROWS rows (default 1M) inserted in transactions of 10,000 rows,
             journal_mode WAL and DELETE (synchronous FULL, the default)
+  commit    a WAL's commit path alone: a 16 MiB file written with zeros
+            and fsync'ed, then COMMITS (default 2000) times an 8 KiB page
+            written in turn and fdatasync'ed; the median latency of one
+            page + fdatasync (what bounds a database's commits per second)
   git clone `git clone --no-local` of a medium repository (default: the
             fio mirror under /work/.mirror if present, else this repo),
             then `git status` cold (page cache dropped) and warm
@@ -27,7 +31,8 @@ the daemon, the default before), --variant NAME=OPTS mounts, --base BIN (an olde
 
 Usage (about 8 minutes with the defaults):
   tools/bench_db.py [--runs 3] [--scale 20] [--duration 10]
-      [--rows 1000000] [--variant NAME=OPTS ...] [--only pg,sqlite,git]
+      [--rows 1000000] [--commits 2000] [--variant NAME=OPTS ...]
+      [--only pg,sqlite,git,commit]
       [--git-src REPO] [--dir /var/tmp] [--squeezefs build/src/squeezefs]
 Prints a Markdown table (paste into docs/BENCHMARKS.md).
 """
@@ -217,6 +222,31 @@ def sqlite_insert(path, mode, rows):
     return time.monotonic() - t0
 
 
+# ---- commit latency ----
+
+def commit_latency(path, commits):
+    """Median seconds of one 8 KiB pwrite + fdatasync into a 16 MiB file
+    written with zeros before (as PostgreSQL's WAL segments are)."""
+    seg = 16 << 20
+    page = bytes((65 + (i * 7) % 26) if i % 5 else (i * 31) & 0xff for i in range(8192))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        zero = b"\0" * (1 << 20)
+        for i in range(seg // len(zero)):
+            os.write(fd, zero)
+        os.fsync(fd)
+        lat = []
+        for i in range(commits):
+            t0 = time.perf_counter()
+            os.pwrite(fd, page, (i * 8192) % seg)
+            os.fdatasync(fd)
+            lat.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return statistics.median(lat)
+
+
 # ---- git ----
 
 def git_clone(src, dst):
@@ -255,6 +285,8 @@ def main():
     ap.add_argument("--scale", type=int, default=20)
     ap.add_argument("--duration", type=int, default=10, help="pgbench -T seconds")
     ap.add_argument("--rows", type=int, default=1000000, help="SQLite rows")
+    ap.add_argument("--commits", type=int, default=2000,
+                    help="page + fdatasync rounds of the commit test")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=OPTS: one more squeezefs mount with -o OPTS")
     ap.add_argument("--no-defaults", action="store_true",
@@ -264,7 +296,7 @@ def main():
                          "run with default options")
     ap.add_argument("--targets", default="raw,btrfs,mergerfs",
                     help="peers to run (comma list of raw, btrfs, mergerfs)")
-    ap.add_argument("--only", default="pg,sqlite,git")
+    ap.add_argument("--only", default="pg,sqlite,git,commit")
     ap.add_argument("--git-src", default=None)
     ap.add_argument("--dir", default="/var/tmp", help="disk-backed directory")
     ap.add_argument("--img-dir", default="/tmp", help="where the btrfs image goes")
@@ -340,6 +372,10 @@ def main():
                     for suffix in ("", "-wal", "-shm", "-journal"):
                         if os.path.exists(db + suffix):
                             os.unlink(db + suffix)
+                if "commit" in only:
+                    lat = commit_latency(os.path.join(t.dir, "commit.dat"), a.commits)
+                    add(t, "commit", lat)
+                    log(f"round {r + 1} {t.name}: commit {lat * 1e6:.0f} us")
                 if "git" in only:
                     dst = os.path.join(t.dir, f"clone{r}")
                     c, cold, warm = git_clone(git_src, dst)
@@ -396,6 +432,15 @@ def main():
             n = t.name
             print(f"| {n} | {fmt_t(med[n]['sqlite WAL'])}{ratio(n, 'sqlite WAL')} | "
                   f"{fmt_t(med[n]['sqlite DELETE'])}{ratio(n, 'sqlite DELETE')} |")
+        print()
+    if "commit" in only:
+        print(f"Commit path: {a.commits} x (8 KiB page written into a 16 MiB file "
+              f"of zeros + fdatasync), median latency of one\n")
+        print("| target | page + fdatasync |")
+        print("|---|---|")
+        for t in targets:
+            n = t.name
+            print(f"| {n} | {med[n]['commit'] * 1e6:.0f} us{ratio(n, 'commit')} |")
         print()
     if "git" in only:
         head = run(["git", "-C", git_src, "rev-parse", "--short", "HEAD"]).stdout.strip()

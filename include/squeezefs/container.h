@@ -185,6 +185,12 @@ int sqz_ctr_commit(sqz_ctr *c, sqz_prepared *blocks, size_t n,
 /* Make everything committed so far durable (fdatasync; fsync if full). May
  * write a checkpoint (amortised) and reclaim dead space. */
 int sqz_ctr_sync(sqz_ctr *c, int datasync);
+/* Allow writing the log ahead as zeros when the owner syncs often with
+ * little appended in between (docs/FORMAT.md "Preallocated log space").
+ * Commits then stop changing the backing file's size: allow it only where
+ * every reader of the file tells versions apart by its times (a local file
+ * system with nanosecond timestamps). Off by default. */
+void sqz_ctr_allow_prealloc(sqz_ctr *c, int allow);
 
 /* Batched durability (a daemon marking many closed files with one flush of
  * the whole file system). sqz_ctr_mark_begin takes a ticket for the log as

@@ -220,6 +220,8 @@ static int commit_write(sqz_ctr *c, const sqz_prepared *blocks, size_t n,
     if (total + pre > SIZE_MAX)
         return -E2BIG;
     int r = sqz_ctr_order_first(c);
+    if (r == 0 && !pre)
+        r = sqz_ctr_room(c, total);
     if (r < 0)
         return r;
     uint8_t *wbuf = malloc((size_t)(pre + total));
@@ -267,6 +269,7 @@ static int commit_write(sqz_ctr *c, const sqz_prepared *blocks, size_t n,
         /* take back whatever part of the append reached the file */
         if (c->io.truncate(c->io.ctx, c->fd, c->end - pre) < 0)
             c->broken = 1;
+        c->phys_end = c->end - pre;
         return r;
     }
     if (pre) {
@@ -300,6 +303,7 @@ static int commit_write(sqz_ctr *c, const sqz_prepared *blocks, size_t n,
     c->st.txn = txn;
     c->end += total;
     c->since_ckpt += total;
+    sqz_ctr_appended(c);
     return r;
 }
 

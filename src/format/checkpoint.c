@@ -143,6 +143,7 @@ static int write_pending_header(sqz_ctr *c)
     }
     c->hdr_pending = 0;
     c->first_unsynced = 1;
+    sqz_ctr_appended(c);
     return 0;
 }
 
@@ -165,14 +166,20 @@ int sqz_ctr_checkpoint_locked(sqz_ctr *c)
     if (r < 0)
         return r;
     uint64_t at = c->end;
+    if ((r = sqz_ctr_room(c, len)) < 0) {
+        free(rec);
+        return r;
+    }
     r = c->io.pwrite(c->io.ctx, c->fd, rec, (size_t)len, at);
     free(rec);
     if (r < 0) {
         if (c->io.truncate(c->io.ctx, c->fd, at) < 0)
             c->broken = 1;
+        c->phys_end = at;
         return r;
     }
     c->end += len;
+    sqz_ctr_appended(c);
     c->since_ckpt = 0;
     /* the checkpoint (and everything before it) must be durable before an
      * anchor points at it; that also makes the last anchor write durable,
@@ -248,10 +255,13 @@ int sqz_ctr_sync(sqz_ctr *c, int datasync)
         r = sqz_ctr_checkpoint_locked(c); /* fdatasyncs, marks */
         if (r == 0 && !datasync)
             r = c->io.sync(c->io.ctx, c->fd, 0);
+        if (r == 0)
+            sqz_ctr_synced(c);
     } else {
         r = c->io.sync(c->io.ctx, c->fd, datasync);
         if (r == 0) {
             c->first_unsynced = 0;
+            sqz_ctr_synced(c);
             r = mark_durable(c);
         }
     }

@@ -121,7 +121,14 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
     c->marked_end = c->st.durable_end;
     c->since_ckpt = c->end - c->st.ckpt_end;
     c->file_size = fsize;
-    if (c->writable && fsize != c->end) {
+    c->zero_tail = fsize > c->end && c->end >= sqz_log_start(c->hdr.version) &&
+                   sqz_ctr_tail_is_zero(io, fd, c->end, fsize);
+    c->end_at_sync = c->end;
+    if (c->writable && c->zero_tail) {
+        /* written-ahead log space of an earlier open (its close did not
+         * cut it off: a crash): zeros, kept for the next appends */
+        c->phys_end = fsize;
+    } else if (c->writable && fsize != c->end) {
         c->file_size = c->end;
         if (fsize > c->end)
             sqz_logf(SQZ_LOG_WARN, "%s: discarding %llu bytes of torn/uncommitted "
@@ -132,6 +139,8 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
             goto fail_st;
         }
     }
+    if (c->writable && !c->zero_tail)
+        c->phys_end = c->file_size;
     if ((r = -pthread_rwlock_init(&c->lock, NULL)) < 0)
         goto fail_st;
     *out = c;
@@ -252,6 +261,7 @@ int sqz_ctr_create_fd_lazy_io(int fd, const sqz_params *p, const char *label,
     c->bs = (size_t)1 << p->log2bs;
     sqz_index_init(&c->st.ix);
     c->end = c->st.valid_end = c->st.ckpt_end = sqz_log_start(c->hdr.version);
+    c->end_at_sync = c->end;
     c->hdr_pending = 1;
     *out = c;
     return 0;
@@ -337,6 +347,10 @@ int sqz_ctr_close(sqz_ctr *c)
      * later open appends (the daemon's batch normally flushed it) */
     if (r == 0 && c->first_unsynced)
         r = c->io.sync(c->io.ctx, c->fd, 1);
+    /* written-ahead zeros go (a failure leaves them: zeros after the log
+     * are no torn tail, the next open keeps or cuts them) */
+    if (r == 0 && sqz_ctr_trim(c) < 0)
+        sqz_logf(SQZ_LOG_WARN, "%s: cannot cut preallocated log space", c->label);
     pthread_rwlock_destroy(&c->lock);
     sqz_index_free(&c->st.ix);
     if (close(c->fd) < 0 && r == 0)

@@ -264,6 +264,13 @@ struct sqz_ctr {
     uint64_t since_ckpt;     /* bytes appended since the newest checkpoint */
     uint64_t marked_end;     /* durable end last written to an anchor slot */
     uint64_t file_size;      /* backing size at open (verify: the tail) */
+    int zero_tail;           /* the bytes after end at open were all zeros
+                                (preallocated log space, not a torn tail) */
+    /* prealloc.c: [end, phys_end) of the backing file are written zeros */
+    uint64_t phys_end;       /* backing size as written by this object */
+    uint64_t end_at_sync;    /* end at the last sync */
+    int prealloc;            /* write log space ahead (frequent small syncs) */
+    int prealloc_ok;         /* the owner allows it (sqz_ctr_allow_prealloc) */
     unsigned verify_warnings;/* of the last sqz_ctr_verify */
     int broken;              /* a failed append could not be undone */
     int punch_unsupported;   /* logged once */
@@ -275,6 +282,20 @@ struct sqz_ctr {
     int hdr_pending;
     int first_unsynced;
 };
+
+/* ---- prealloc.c: log space written ahead as zeros ---- */
+/* 1 if the bytes [from, to) of fd are all zeros (and at most 16 MiB). */
+int sqz_ctr_tail_is_zero(const sqz_io *io, int fd, uint64_t from, uint64_t to);
+/* Before appending need bytes at c->end (lock exclusive): extend the
+ * written-ahead zeros if preallocating. 0 or a negative errno (only when
+ * the file could not be put back: c->broken). */
+int sqz_ctr_room(sqz_ctr *c, uint64_t need);
+/* After an append moved c->end. */
+void sqz_ctr_appended(sqz_ctr *c);
+/* After a successful sync of the log up to c->end. */
+void sqz_ctr_synced(sqz_ctr *c);
+/* Cut the zeros after the log end off (the last close). 0 or -errno. */
+int sqz_ctr_trim(sqz_ctr *c);
 
 /* The header region of c (header in sector 0, zero anchor slots) into
  * out (sqz_log_start bytes). */

@@ -62,6 +62,8 @@ static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
     else
         memset(&in->sf_key, 0, sizeof(in->sf_key));
     int rc = sqz_ctr_open_fd(fd, mode, label, out);
+    if (rc == 0 && want_write && fs->prealloc_ok)
+        sqz_ctr_allow_prealloc(*out, 1);
     if (rc == -EBADMSG) {
         sqz_logf(SQZ_LOG_ERR, "%s: damaged container header: %s", label, strerror(-rc));
         sqz_content_invalidate(in);
@@ -170,6 +172,8 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
     int rc = sqz_ctr_create_fd_lazy(fd, p, label, &c);
     if (rc)
         return rc;
+    if (fs->prealloc_ok)
+        sqz_ctr_allow_prealloc(c, 1);
     rc = sqz_file_new(fs->engine, c, &in->sf);
     if (rc) {
         in->sf = NULL;

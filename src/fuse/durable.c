@@ -57,7 +57,7 @@ struct sqz_durable {
 
 /* Local file systems whose syncfs(2) flushes every file's data and metadata
  * and reports errors. */
-static int syncfs_trusted(int fd)
+int sqz_backing_local(int fd)
 {
     struct statfs sfs;
     if (fstatfs(fd, &sfs) != 0)
@@ -299,7 +299,7 @@ int sqz_durable_start(struct sqz_fs *fs)
     if (!d)
         return -ENOMEM;
     d->root_fd = fs->root_dirfd;
-    d->use_syncfs = syncfs_trusted(fs->root_dirfd);
+    d->use_syncfs = sqz_backing_local(fs->root_dirfd);
     int rc = -sqz_cond_init_monotonic(&d->wake);
     if (rc == 0 && (rc = -pthread_cond_init(&d->room, NULL)) < 0)
         pthread_cond_destroy(&d->wake);

@@ -184,6 +184,9 @@ struct sqz_fs {
                                    below this many inodes (mount.c) */
     atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
     atomic_uint_fast64_t packed_bytes_read; /* READ replies of packed files */
+    int prealloc_ok;            /* const: containers may write their log
+                                   ahead (sqz_ctr_allow_prealloc): BACKING
+                                   is local, with nanosecond times */
     atomic_uint_fast64_t policy_gen; /* bumped after a policy xattr or a
                                         directory changed place through the
                                         mount (newfile_policy.c) */
@@ -344,8 +347,6 @@ int sqz_resolve_new(struct sqz_fs *fs, struct sqz_inode *dir,
 /* After a policy xattr was set or removed, or a directory renamed,
  * through the mount: cached chains are walked again. */
 void sqz_policy_changed(struct sqz_fs *fs);
-/* Free a directory inode's cached chain (inode teardown). */
-void sqz_dirpol_free(struct sqz_inode *in);
 
 /* ---- content_io.c: data I/O ---- */
 /* Read/write through a handle (locks io shared; materialises PENDING).
@@ -373,6 +374,9 @@ int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
 int sqz_content_sync_all(struct sqz_fs *fs);
 
 /* ---- durable.c: closed files made durable in batches ---- */
+/* fd is on a local file system (ext4, xfs, btrfs, f2fs, tmpfs) whose
+ * syncfs(2) flushes everything and reports errors. */
+int sqz_backing_local(int fd);
 int sqz_durable_start(struct sqz_fs *fs);
 /* Unmount: stop the thread, mark every queued file, flush so the marks are
  * durable too. Returns the first error. */

@@ -157,7 +157,7 @@ void sqz_inode_stash_drop(struct sqz_inode *in)
 static void inode_destroy(struct sqz_inode *in)
 {
     sqz_inode_stash_drop(in);
-    sqz_dirpol_free(in);
+    free(in->dirpol); /* newfile_policy.c: plain memory */
     if (in->create_fd >= 0)
         close(in->create_fd);
     if (in->fd >= 0)

@@ -229,6 +229,15 @@ static int prepare_fs(struct sqz_fs *fs, const char *backing)
         fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(-rc));
         return -1;
     }
+    /* A container written ahead (docs/FORMAT.md "Preallocated log space")
+     * no longer changes size with every commit: readers (read-only mounts
+     * of this BACKING) then see new versions by the times alone. Only a
+     * local file system with nanosecond times shows every write there; a
+     * network one (GlusterFS, NFS: cached, coarse times) does not. */
+    struct stat rst;
+    fs->prealloc_ok = sqz_backing_local(fs->root_dirfd) &&
+                      fstat(fs->root_dirfd, &rst) == 0 &&
+                      (rst.st_mtim.tv_nsec != 0 || rst.st_ctim.tv_nsec != 0);
     return 0;
 }
 

@@ -49,12 +49,6 @@ void sqz_policy_changed(struct sqz_fs *fs)
     atomic_fetch_add(&fs->policy_gen, 1);
 }
 
-void sqz_dirpol_free(struct sqz_inode *in)
-{
-    free(in->dirpol);
-    in->dirpol = NULL;
-}
-
 /* The cached chain of dir, if still valid: 1 and *out, else 0. */
 static int cached(struct sqz_fs *fs, struct sqz_inode *dir, uint64_t gen,
                   sqz_policy_found *out)

@@ -27,6 +27,7 @@ typedef struct simdisk {
     simop *ops;
     size_t nops, cap;
     unsigned syncs;
+    uint64_t max_size;      /* a full disk: writes past it fail ENOSPC (0: none) */
 } simdisk;
 
 typedef struct simimg {
@@ -60,6 +61,8 @@ static ssize_t sim_pread(void *ctx, int fd, void *buf, size_t n, uint64_t off)
 static int sim_pwrite(void *ctx, int fd, const void *buf, size_t n, uint64_t off)
 {
     simdisk *d = ctx;
+    if (d->max_size && off + n > d->max_size)
+        return -ENOSPC;
     simop op = {SIM_WRITE, off, n, malloc(n ? n : 1)};
     REQUIRE(op.data);
     memcpy(op.data, buf, n);
