@@ -22,6 +22,14 @@ int sqz_resolve(struct sqz_fs *fs, const char *relpath, sqz_resolved *out)
                               fs->rules_name, &fs->opts.spec, out);
 }
 
+int sqz_resolve_inode(struct sqz_fs *fs, struct sqz_inode *in,
+                      sqz_resolved *out)
+{
+    char rel[PATH_MAX];
+    int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
+    return rc ? rc : sqz_resolve(fs, rel, out);
+}
+
 void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s, sqz_params *p)
 {
     memset(p, 0, sizeof(*p));
@@ -216,15 +224,9 @@ int sqz_content_pending_locked(struct sqz_fs *fs, struct sqz_inode *in,
 int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    char rel[PATH_MAX];
-    int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
-    if (rc)
-        return rc;
     sqz_resolved r;
-    rc = sqz_resolve(fs, rel, &r);
-    if (rc)
-        return rc;
-    return sqz_content_pending_locked(fs, in, &r);
+    int rc = sqz_resolve_inode(fs, in, &r);
+    return rc ? rc : sqz_content_pending_locked(fs, in, &r);
 }
 
 /* Below this much data a trial compression says little (a first log line

@@ -337,6 +337,9 @@ void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s,
                           sqz_params *p);
 /* Policy glue: the effective policy of a path below BACKING. */
 int sqz_resolve(struct sqz_fs *fs, const char *relpath, sqz_resolved *out);
+/* The same for an inode, by its current path. */
+int sqz_resolve_inode(struct sqz_fs *fs, struct sqz_inode *in,
+                      sqz_resolved *out);
 
 /* ---- newfile_policy.c: the policy of a new file, chains cached per
  * directory ---- */

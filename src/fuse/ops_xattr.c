@@ -135,12 +135,8 @@ static const char *source_name(sqz_policy_source s)
 static int effective_line(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
                           size_t n)
 {
-    char rel[PATH_MAX];
-    int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
-    if (rc)
-        return rc;
     sqz_resolved r;
-    rc = sqz_resolve(fs, rel, &r);
+    int rc = sqz_resolve_inode(fs, in, &r);
     if (rc)
         return rc;
     char spec[64];

@@ -46,6 +46,27 @@ static sqz_params params(void)
     return p;
 }
 
+/* A container on a fresh simulated disk (*io must stay alive with it). */
+static sqz_ctr *sim_ctr(simdisk *d, sqz_io *io, const char *name, int allow)
+{
+    memset(d, 0, sizeof *d);
+    d->fd = memfd_create("sim", MFD_CLOEXEC);
+    REQUIRE(d->fd >= 0);
+    *io = sim_io(d);
+    sqz_params p = params();
+    sqz_ctr *c;
+    REQUIRE(sqz_ctr_create_fd_io(dup(d->fd), &p, name, io, &c) == 0);
+    sqz_ctr_allow_prealloc(c, allow);
+    return c;
+}
+
+static void sim_done(simdisk *d)
+{
+    int fd = d->fd;
+    sim_free(d);
+    close(fd);
+}
+
 /* a WAL-like file: 8 KiB pages written in turn, each made durable */
 static void wal_pages(sqz_ctr *c, unsigned char *model, size_t *mlen,
                       unsigned from, unsigned n, int datasync)
@@ -84,14 +105,9 @@ static int snapshot_fd(int fd)
 
 static void test_small_syncs_write_ahead(void)
 {
-    simdisk d = {0};
-    d.fd = memfd_create("sim", MFD_CLOEXEC);
-    REQUIRE(d.fd >= 0);
-    sqz_io io = sim_io(&d);
-    sqz_params p = params();
-    sqz_ctr *c;
-    REQUIRE(sqz_ctr_create_fd_io(dup(d.fd), &p, "wal", &io, &c) == 0);
-    sqz_ctr_allow_prealloc(c, 1);
+    simdisk d;
+    sqz_io io;
+    sqz_ctr *c = sim_ctr(&d, &io, "wal", 1);
     size_t cap = 400 * 8192, mlen = 0;
     unsigned char *model = calloc(1, cap);
     REQUIRE(model);
@@ -159,9 +175,7 @@ static void test_small_syncs_write_ahead(void)
     CHECK_EQ_INT(sqz_ctr_verify(r, quiet, NULL), 0);
     sqz_ctr_close(r);
     free(model);
-    int dfd = d.fd;
-    sim_free(&d);
-    close(dfd);
+    sim_done(&d);
 }
 
 static void test_not_allowed_changes_the_size_every_sync(void)
@@ -169,13 +183,9 @@ static void test_not_allowed_changes_the_size_every_sync(void)
     /* the default (offline tools; a daemon over a network file system):
      * every commit changes the size, and zeros left by an earlier open
      * that was allowed are cut before the first append */
-    simdisk d = {0};
-    d.fd = memfd_create("sim", MFD_CLOEXEC);
-    REQUIRE(d.fd >= 0);
-    sqz_io io = sim_io(&d);
-    sqz_params p = params();
-    sqz_ctr *c;
-    REQUIRE(sqz_ctr_create_fd_io(dup(d.fd), &p, "plain", &io, &c) == 0);
+    simdisk d;
+    sqz_io io;
+    sqz_ctr *c = sim_ctr(&d, &io, "plain", 0);
     size_t cap = 64 * 8192, mlen = 0;
     unsigned char *model = calloc(1, cap);
     REQUIRE(model);
@@ -199,21 +209,14 @@ static void test_not_allowed_changes_the_size_every_sync(void)
     close(cfd);
     sqz_ctr_close(c);
     free(model);
-    int dfd = d.fd;
-    sim_free(&d);
-    close(dfd);
+    sim_done(&d);
 }
 
 static void test_large_batches_do_not_preallocate(void)
 {
-    simdisk d = {0};
-    d.fd = memfd_create("sim", MFD_CLOEXEC);
-    REQUIRE(d.fd >= 0);
-    sqz_io io = sim_io(&d);
-    sqz_params p = params();
-    sqz_ctr *c;
-    REQUIRE(sqz_ctr_create_fd_io(dup(d.fd), &p, "bulk", &io, &c) == 0);
-    sqz_ctr_allow_prealloc(c, 1);
+    simdisk d;
+    sqz_io io;
+    sqz_ctr *c = sim_ctr(&d, &io, "bulk", 1);
     size_t n = 2u << 20;
     unsigned char *buf = malloc(n);
     REQUIRE(buf);
@@ -226,23 +229,16 @@ static void test_large_batches_do_not_preallocate(void)
     }
     free(buf);
     REQUIRE(sqz_ctr_close(c) == 0);
-    int dfd = d.fd;
-    sim_free(&d);
-    close(dfd);
+    sim_done(&d);
 }
 
 static void test_tail_with_data_is_still_cut(void)
 {
     /* zeros and then one stray byte: not preallocated space, the usual
      * torn tail, which a read-write open cuts (and syncs) */
-    simdisk d = {0};
-    d.fd = memfd_create("sim", MFD_CLOEXEC);
-    REQUIRE(d.fd >= 0);
-    sqz_io io = sim_io(&d);
-    sqz_params p = params();
-    sqz_ctr *c;
-    REQUIRE(sqz_ctr_create_fd_io(dup(d.fd), &p, "t", &io, &c) == 0);
-    sqz_ctr_allow_prealloc(c, 1);
+    simdisk d;
+    sqz_io io;
+    sqz_ctr *c = sim_ctr(&d, &io, "t", 1);
     size_t cap = 64 * 8192, mlen = 0;
     unsigned char *model = calloc(1, cap);
     REQUIRE(model);
@@ -262,21 +258,14 @@ static void test_tail_with_data_is_still_cut(void)
     close(cfd);
     sqz_ctr_close(c);
     free(model);
-    int dfd = d.fd;
-    sim_free(&d);
-    close(dfd);
+    sim_done(&d);
 }
 
 static void test_full_disk_turns_it_off(void)
 {
-    simdisk d = {0};
-    d.fd = memfd_create("sim", MFD_CLOEXEC);
-    REQUIRE(d.fd >= 0);
-    sqz_io io = sim_io(&d);
-    sqz_params p = params();
-    sqz_ctr *c;
-    REQUIRE(sqz_ctr_create_fd_io(dup(d.fd), &p, "full", &io, &c) == 0);
-    sqz_ctr_allow_prealloc(c, 1);
+    simdisk d;
+    sqz_io io;
+    sqz_ctr *c = sim_ctr(&d, &io, "full", 1);
     size_t cap = 200 * 8192, mlen = 0;
     unsigned char *model = calloc(1, cap);
     REQUIRE(model);
@@ -311,23 +300,16 @@ static void test_full_disk_turns_it_off(void)
     free(got);
     sqz_ctr_close(o);
     free(model);
-    int dfd = d.fd;
-    sim_free(&d);
-    close(dfd);
+    sim_done(&d);
 }
 
 static void test_crashes_with_preallocation(uint64_t seed)
 {
     /* sync often (preallocating), crash in every mode after every step:
      * the state is the last synced one or a later commit, never damage */
-    simdisk d = {0};
-    d.fd = memfd_create("sim", MFD_CLOEXEC);
-    REQUIRE(d.fd >= 0);
-    sqz_io io = sim_io(&d);
-    sqz_params p = params();
-    sqz_ctr *c;
-    REQUIRE(sqz_ctr_create_fd_io(dup(d.fd), &p, "crash", &io, &c) == 0);
-    sqz_ctr_allow_prealloc(c, 1);
+    simdisk d;
+    sqz_io io;
+    sqz_ctr *c = sim_ctr(&d, &io, "crash", 1);
     size_t cap = 120 * 8192, mlen = 0, synced_len = 0;
     unsigned char *model = calloc(1, cap), *synced = calloc(1, cap);
     REQUIRE(model && synced);
@@ -375,9 +357,7 @@ static void test_crashes_with_preallocation(uint64_t seed)
     sqz_ctr_close(c);
     free(model);
     free(synced);
-    int dfd = d.fd;
-    sim_free(&d);
-    close(dfd);
+    sim_done(&d);
 }
 
 int main(void)
