@@ -121,10 +121,12 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
     c->marked_end = c->st.durable_end;
     c->since_ckpt = c->end - c->st.ckpt_end;
     c->file_size = fsize;
-    c->zero_tail = fsize > c->end && c->end >= sqz_log_start(c->hdr.version) &&
-                   sqz_ctr_tail_is_zero(io, fd, c->end, fsize);
+    /* (read-only opens do not look: only verify needs to know, and asks) */
+    int zero_tail = c->writable && fsize > c->end &&
+                    c->end >= sqz_log_start(c->hdr.version) &&
+                    sqz_ctr_tail_is_zero(io, fd, c->end, fsize);
     c->end_at_sync = c->end;
-    if (c->writable && c->zero_tail) {
+    if (zero_tail) {
         /* written-ahead log space of an earlier open (its close did not
          * cut it off: a crash): zeros, kept for the next appends */
         c->phys_end = fsize;
@@ -139,7 +141,7 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
             goto fail_st;
         }
     }
-    if (c->writable && !c->zero_tail)
+    if (c->writable && !zero_tail)
         c->phys_end = c->file_size;
     if ((r = -pthread_rwlock_init(&c->lock, NULL)) < 0)
         goto fail_st;

@@ -264,8 +264,6 @@ struct sqz_ctr {
     uint64_t since_ckpt;     /* bytes appended since the newest checkpoint */
     uint64_t marked_end;     /* durable end last written to an anchor slot */
     uint64_t file_size;      /* backing size at open (verify: the tail) */
-    int zero_tail;           /* the bytes after end at open were all zeros
-                                (preallocated log space, not a torn tail) */
     /* prealloc.c: [end, phys_end) of the backing file are written zeros */
     uint64_t phys_end;       /* backing size as written by this object */
     uint64_t end_at_sync;    /* end at the last sync */

@@ -158,7 +158,8 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
      * writes lost or reordered by a crash before their fsync: it is not
      * counted as damage here; the caller reports it with
      * sqz_ctr_tail_bytes as an uncommitted tail (never "ok"). */
-    if (r == 0 && fsize > c->end && !c->zero_tail)
+    if (r == 0 && fsize > c->end &&
+        !sqz_ctr_tail_is_zero(&c->io, c->fd, c->end, fsize)) /* preallocated */
         sqz_logf(SQZ_LOG_WARN, "%s: uncommitted tail, %llu bytes after offset %llu%s",
                  c->label, (unsigned long long)(fsize - c->end),
                  (unsigned long long)c->end,
@@ -176,7 +177,9 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
 uint64_t sqz_ctr_tail_bytes(sqz_ctr *c)
 {
     SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
-    uint64_t t = c->file_size > c->end && !c->zero_tail ? c->file_size - c->end : 0;
+    uint64_t t = c->file_size > c->end ? c->file_size - c->end : 0;
+    if (t && sqz_ctr_tail_is_zero(&c->io, c->fd, c->end, c->file_size))
+        t = 0; /* preallocated log space (prealloc.c), no uncommitted tail */
     if (c->file_size < sqz_log_start(c->hdr.version))
         t = c->file_size; /* a torn creation (an empty file) */
     SQZ_RWUNLOCK(&c->lock);

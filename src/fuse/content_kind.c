@@ -276,6 +276,15 @@ int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st)
     return 0;
 }
 
+void sqz_entry_fill(struct sqz_fs *fs, struct sqz_inode *in,
+                    const struct stat *st, struct fuse_entry_param *e)
+{
+    e->ino = sqz_nodeid(fs, in);
+    e->attr = *st;
+    e->attr_timeout = fs->timeout;
+    e->entry_timeout = fs->timeout;
+}
+
 int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
                   const char *name, struct fuse_entry_param *e)
 {
@@ -287,9 +296,6 @@ int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
         return rc;
     if (S_ISREG(st.st_mode))
         sqz_content_fix_stat(fs, in, &st);
-    e->ino = sqz_nodeid(fs, in);
-    e->attr = st;
-    e->attr_timeout = fs->timeout;
-    e->entry_timeout = fs->timeout;
+    sqz_entry_fill(fs, in, &st, e);
     return 0;
 }

@@ -281,6 +281,9 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
                           struct stat *st);
 /* stat as shown through the mount (logical size for containers). */
 int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st);
+/* The entry of in with the attributes st, as a LOOKUP reply gives it. */
+void sqz_entry_fill(struct sqz_fs *fs, struct sqz_inode *in,
+                    const struct stat *st, struct fuse_entry_param *e);
 /* Look name up in parent (sqz_inode_lookup) and fill e with the
  * attributes shown through the mount. 0 or -errno. */
 int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,

@@ -169,11 +169,11 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
      * probe), its policy resolved above; the entry shows its backing stat
      * as it is. */
     struct sqz_inode *in = NULL;
-    memset(&e, 0, sizeof(e));
+    struct stat st;
     rc = sqz_chown_new(fs, req, p, name, NULL);
     if (rc == 0)
-        rc = sqz_inode_lookup(fs, p, name, &e.attr, &in);
-    if (rc == 0 && (!S_ISREG(e.attr.st_mode) || e.attr.st_size != 0)) {
+        rc = sqz_inode_lookup(fs, p, name, &st, &in);
+    if (rc == 0 && (!S_ISREG(st.st_mode) || st.st_size != 0)) {
         sqz_inode_forget(fs, in, 1); /* replaced meanwhile (not through us) */
         in = NULL;
         rc = -EAGAIN;
@@ -185,7 +185,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
         fuse_reply_err(req, -rc);
         return;
     }
-    rc = sqz_content_create(fs, in, &pol, fd, &e.attr, flags, h);
+    rc = sqz_content_create(fs, in, &pol, fd, &st, flags, h);
     if (rc) {
         sqz_logf(SQZ_LOG_ERR, "%s: cannot create container: %s", name, strerror(-rc));
         unlinkat(p->fd, name, 0);
@@ -194,10 +194,8 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
         fuse_reply_err(req, -rc);
         return;
     }
-    e.ino = sqz_nodeid(fs, in);
-    e.generation = 0;
-    e.attr_timeout = fs->timeout;
-    e.entry_timeout = fs->timeout;
+    memset(&e, 0, sizeof(e));
+    sqz_entry_fill(fs, in, &st, &e);
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->keep_cache = 0;
     fi->direct_io = 0;
