@@ -221,6 +221,67 @@ static void test_roundtrip(void)
     free(b.out);
 }
 
+/* Blocks ending in zeros (the last block of a file): zstd compresses them
+ * up to the last non-zero byte and writes the zeros as RLE blocks of the
+ * same frame. Every level and block size, tails just under, at and over
+ * the threshold, random heads (the head part stored raw inside the frame)
+ * and a tail longer than one zstd block; each frame must end in an RLE
+ * last block when the tail is long enough, decode to exactly the block,
+ * and fit the exact-size buffer. */
+static void test_zstd_zero_tail(void)
+{
+    static const size_t bss[] = {4096, 8192, 65536, 131072, 262144, 1u << 20};
+    static const size_t heads[] = {1, 100, 3000, 4096, 15000, 70000, 200000};
+    unsigned char *blk = malloc(MAXN), *out = malloc(MAXN);
+    size_t cap = sqz_compress_bound(SQZ_ALG_ZSTD, MAXN);
+    unsigned char *c = malloc(cap), *c2 = malloc(cap);
+    REQUIRE(blk && out && c && c2);
+    int rle_frames = 0;
+    for (int l = sqz_level_min(SQZ_ALG_ZSTD); l <= sqz_level_max(SQZ_ALG_ZSTD); l++) {
+        for (size_t bi = 0; bi < sizeof bss / sizeof bss[0]; bi++) {
+            size_t n = bss[bi];
+            if (slow_level(SQZ_ALG_ZSTD, l) && n > 131072)
+                continue;
+            for (size_t hi = 0; hi <= sizeof heads / sizeof heads[0]; hi++) {
+                /* the last round: a tail of 4095 zeros, one short */
+                size_t head = hi < sizeof heads / sizeof heads[0] ? heads[hi]
+                                                                  : n - 4095;
+                if (head >= n)
+                    continue;
+                int kind = hi % 2 ? 0 : 2; /* random or text */
+                memcpy(blk, data[kind], head);
+                blk[head - 1] |= 1; /* the head ends in a non-zero byte */
+                memset(blk + head, 0, n - head);
+                ssize_t z = sqz_compress(SQZ_ALG_ZSTD, l, blk, n, c, cap);
+                REQUIRE(z > 4);
+                int rle = (c[z - 4] & 7) == 3 && c[z - 1] == 0;
+                if (n - head >= 4096) {
+                    CHECK(rle);
+                    rle_frames += rle;
+                }
+                ssize_t d = sqz_decompress(SQZ_ALG_ZSTD, c, (size_t)z, out, n);
+                CHECK_EQ_INT(d, (ssize_t)n);
+                CHECK(d != (ssize_t)n || memcmp(out, blk, n) == 0);
+                /* exactly the compressed size fits, one byte less does not */
+                CHECK_EQ_INT(sqz_compress(SQZ_ALG_ZSTD, l, blk, n, c2, (size_t)z), z);
+                CHECK(memcmp(c2, c, (size_t)z) == 0);
+                CHECK_EQ_INT(sqz_compress(SQZ_ALG_ZSTD, l, blk, n, c2, (size_t)z - 1),
+                             -ENOSPC);
+            }
+        }
+    }
+    CHECK(rle_frames > 100);
+    /* Zeros compress as before when the whole block is zeros. */
+    memset(blk, 0, 65536);
+    ssize_t z = sqz_compress(SQZ_ALG_ZSTD, 1, blk, 65536, c, cap);
+    CHECK(z > 0 && z < 64);
+    CHECK_EQ_INT(sqz_decompress(SQZ_ALG_ZSTD, c, (size_t)z, out, 65536), 65536);
+    free(blk);
+    free(out);
+    free(c);
+    free(c2);
+}
+
 static void test_compress_ratio_sanity(void)
 {
     /* Every real codec must actually shrink zeros and text. */
@@ -670,6 +731,7 @@ int main(void)
     test_corrupt();
     test_qipc_hostile();
     test_threads();
+    test_zstd_zero_tail();
     test_roundtrip();
     for (int k = 0; k < NKINDS; k++)
         free(data[k]);
