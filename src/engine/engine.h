@@ -129,6 +129,13 @@ ssize_t sqz_file_append(sqz_file *f, const void *buf, size_t n,
 int sqz_file_truncate(sqz_file *f, uint64_t length);
 /* Hand dirty data to the backing file (commit, no fsync). */
 int sqz_file_flush(sqz_file *f);
+/* A hint that a flush is likely next: the caller wrote up to `end` the
+ * last of what a writer had pending (the kernel writing back its cached
+ * pages, which it does right before a close or an fsync). If end reaches
+ * the file's length, every dirty block starts compressing in the
+ * background now (as blocks written to their end always do), so the flush
+ * waits only for what is left. Nothing else changes. */
+void sqz_file_hint_flush(sqz_file *f, uint64_t end);
 /* flush + make durable. */
 int sqz_file_fsync(sqz_file *f, int datasync);
 uint64_t sqz_file_length(sqz_file *f);

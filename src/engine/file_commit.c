@@ -61,6 +61,7 @@ int sqz_file_submit_range(sqz_file *f, uint64_t lo, uint64_t hi)
         return -ENOMEM;
     }
     a->n = n;
+    a->len = f->length;
     memcpy(a->blk, f->dirty + i0, n * sizeof *f->dirty);
     memmove(f->dirty + i0, f->dirty + i1, (f->ndirty - i1) * sizeof *f->dirty);
     f->ndirty -= n;
@@ -84,6 +85,7 @@ int sqz_file_submit_range(sqz_file *f, uint64_t lo, uint64_t hi)
 typedef struct cent {
     uint64_t idx;
     size_t seq;              /* position in submission order */
+    uint64_t len;            /* its batch's length at submission */
     sqz_prepared *p;
     sqz_cblock *b;
 } cent;
@@ -138,8 +140,8 @@ int sqz_file_commit_inflight(sqz_file *f, int wait_all)
                 prep_job(&a->args[i]);
             if (a->args[i].rc != 0 && rc == 0)
                 rc = a->args[i].rc;
-            v[k] = (cent){.idx = a->blk[i]->idx, .seq = k, .p = &a->prep[i],
-                          .b = a->blk[i]};
+            v[k] = (cent){.idx = a->blk[i]->idx, .seq = k, .len = a->len,
+                          .p = &a->prep[i], .b = a->blk[i]};
             k++;
         }
     }
@@ -159,7 +161,12 @@ int sqz_file_commit_inflight(sqz_file *f, int wait_all)
             stored += p[m].stored_len;
             m++;
         }
+        /* Up to the end of the last block, but no further than that
+         * block's version holds data (a partial block written further
+         * after its submission is zeros there in this version). */
         uint64_t top = (v[m - 1].idx + 1) << f->log2bs;
+        if (top > v[m - 1].len)
+            top = v[m - 1].len;
         new_len = top < f->length ? top : f->length;
         if (new_len < f->committed_len)
             new_len = f->committed_len;
@@ -325,6 +332,14 @@ int sqz_file_fsync(sqz_file *f, int datasync)
     /* Outside the file lock: readers and writers proceed during the sync;
      * everything committed before it is made durable. */
     return sqz_ctr_sync(f->c, datasync);
+}
+
+void sqz_file_hint_flush(sqz_file *f, uint64_t end)
+{
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
+    if (end >= f->length && f->ndirty > 0)
+        (void)sqz_file_submit_range(f, 0, UINT64_MAX); /* -ENOMEM: stays dirty */
+    SQZ_RWUNLOCK(&f->lock);
 }
 
 /* The flusher's callback (sqz_file_link.writeback). */

@@ -41,12 +41,16 @@ typedef struct prep_arg {
     int rc;
 } prep_arg;
 
-/* A batch of full dirty blocks compressed in the background. The blocks
- * are immutable from submission on (a later write to one of them makes a
- * new dirty copy); committed in FIFO order under f->lock exclusive. */
+/* A batch of dirty blocks compressed in the background: blocks written
+ * to their end, or every dirty block (make_room, sqz_file_hint_flush). The
+ * blocks are immutable from submission on (a later write to one of them
+ * makes a new dirty copy); committed in FIFO order under f->lock
+ * exclusive. */
 typedef struct abatch {
     struct abatch *next;
     size_t n;
+    uint64_t len;            /* the file's length at submission: what the
+                                batch's last block holds data up to */
     sqz_cblock **blk;        /* sorted by idx, references held */
     sqz_prepared *prep;
     prep_arg *args;

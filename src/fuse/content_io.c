@@ -147,6 +147,13 @@ ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
         r = sqz_file_append(in->sf, buf, n, &at);
     } else {
         r = sqz_file_write(in->sf, buf, n, off);
+        /* The kernel writing back its cached pages: a WRITE shorter than
+         * the largest it sends, reaching the end of the file, is the last
+         * of them (a `cp` before its close, a journal before its fsync):
+         * the FLUSH or FSYNC that follows finds the blocks compressing on
+         * another core. A stream's middle WRITEs are full-sized. */
+        if (writepage && r == (ssize_t)n && n < SQZ_MAX_IO)
+            sqz_file_hint_flush(in->sf, off + n);
     }
     if (r > 0)
         note_write(in);

@@ -31,6 +31,10 @@
 #include "squeezefs/policy.h"
 
 /* Temporary names used by recompress; never visible through the mount. */
+/* max_write and the read size (max_pages): 1 MiB, the largest WRITE the
+ * kernel sends */
+#define SQZ_MAX_IO (1u << 20)
+
 #define SQZ_TMP_PREFIX ".sqz-tmp."
 
 /* Virtual / special xattr names. */

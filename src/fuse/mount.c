@@ -24,7 +24,6 @@
 #include <syslog.h>
 #include <unistd.h>
 
-#define MAX_IO (1u << 20) /* max_write and read size (max_pages): 1 MiB */
 
 void sqz_mount_usage(FILE *out)
 {
@@ -105,9 +104,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
         conn->want |= FUSE_CAP_PARALLEL_DIROPS;
     if (conn->capable & FUSE_CAP_ASYNC_READ)
         conn->want |= FUSE_CAP_ASYNC_READ;
-    conn->max_write = MAX_IO;
-    if (conn->max_readahead > MAX_IO)
-        conn->max_readahead = MAX_IO;
+    conn->max_write = SQZ_MAX_IO;
+    if (conn->max_readahead > SQZ_MAX_IO)
+        conn->max_readahead = SQZ_MAX_IO;
 }
 
 static int g_destroy_rc; /* written once by op_destroy, read after the loop */

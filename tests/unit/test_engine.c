@@ -2,6 +2,7 @@
  * against real containers in a temporary directory. */
 #include "engine/cache.h"
 #include "engine/engine.h"
+#include "engine/file_int.h"
 #include "engine/pool.h"
 #include "testutil.h"
 
@@ -1188,6 +1189,101 @@ static void test_write_overlap(void)
     unlink(path);
 }
 
+/* sqz_file_hint_flush: a write reaching the end of the file starts
+ * compressing the dirty blocks, the flush commits them. White box: the
+ * pool's only worker is held by a job of the test, so the hinted batch is
+ * still queued when the same (partial) block is written further; the batch
+ * committed on its own then claims no more than it holds (100 bytes, not
+ * the 200 the file has by then: never zeros where data was written). */
+typedef struct gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int open, entered;
+} gate;
+
+static void gate_job(void *arg)
+{
+    gate *g = arg;
+    pthread_mutex_lock(&g->mu);
+    g->entered = 1;
+    pthread_cond_broadcast(&g->cv);
+    while (!g->open)
+        pthread_cond_wait(&g->cv, &g->mu);
+    pthread_mutex_unlock(&g->mu);
+}
+
+static void test_hint_flush(void)
+{
+    char path[4096];
+    path_of(path, sizeof path, "hint");
+    sqz_engine_opts o = {.threads = 1, .dirty_expire_ms = 60000};
+    sqz_engine *e;
+    REQUIRE(sqz_engine_new(&o, &e) == 0);
+    sqz_file *f = create_file(e, path, SQZ_ALG_ZSTD, 17);
+    unsigned char a[100], b[100], c[50], model[1050];
+    memset(a, 'a', sizeof a);
+    memset(b, 'b', sizeof b);
+    memset(c, 'c', sizeof c);
+
+    /* no dirty block, or not at the end: nothing starts */
+    sqz_file_hint_flush(f, 0);
+    CHECK(f->inflight_head == NULL);
+    CHECK_EQ_INT(sqz_file_write(f, a, sizeof a, 0), (ssize_t)sizeof a);
+    sqz_file_hint_flush(f, 50);
+    CHECK(f->inflight_head == NULL && f->ndirty == 1);
+
+    gate g = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    sqz_job gj = {gate_job, &g};
+    sqz_batch gb;
+    sqz_batch_init(&gb, &gj, 1);
+    sqz_pool_submit(e->pool, &gb);
+    pthread_mutex_lock(&g.mu);
+    while (!g.entered)
+        pthread_cond_wait(&g.cv, &g.mu);
+    pthread_mutex_unlock(&g.mu);
+
+    sqz_file_hint_flush(f, sizeof a); /* queued behind the gate */
+    CHECK(f->inflight_head != NULL && f->ndirty == 0);
+    CHECK_EQ_INT(sqz_file_write(f, b, sizeof b, 100), (ssize_t)sizeof b);
+    CHECK(f->inflight_head != NULL && f->ndirty == 1);
+    /* reads see the newest data while the batch is in flight */
+    unsigned char got[1050];
+    CHECK_EQ_INT(sqz_file_read(f, got, 200, 0), 200);
+    CHECK(memcmp(got, a, 100) == 0 && memcmp(got + 100, b, 100) == 0);
+
+    pthread_mutex_lock(&g.mu);
+    g.open = 1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    sqz_pool_wait(e->pool, &gb);
+    sqz_pool_wait(e->pool, &f->inflight_head->batch);
+    /* the next write commits the finished batch first, on its own */
+    CHECK_EQ_INT(sqz_file_write(f, c, sizeof c, 1000), (ssize_t)sizeof c);
+    CHECK(f->inflight_head == NULL);
+    CHECK_EQ_INT(backing_length(path), 100);
+    CHECK(backing_equals(path, a, 100));
+
+    memset(model, 0, sizeof model);
+    memcpy(model, a, 100);
+    memcpy(model + 100, b, 100);
+    memcpy(model + 1000, c, 50);
+    CHECK_EQ_INT(sqz_file_flush(f), 0);
+    CHECK(backing_equals(path, model, 1050));
+    /* a hint at the end, then the flush: one commit of the hinted block */
+    sqz_stats st0, st1;
+    sqz_engine_stats(e, &st0);
+    CHECK_EQ_INT(sqz_file_write(f, a, 10, 1050), 10);
+    sqz_file_hint_flush(f, 1060);
+    CHECK(f->ndirty == 0);
+    CHECK_EQ_INT(sqz_file_flush(f), 0);
+    sqz_engine_stats(e, &st1);
+    CHECK_EQ_INT(st1.blocks_compressed - st0.blocks_compressed, 1);
+    CHECK_EQ_INT(backing_length(path), 1060);
+    CHECK_EQ_INT(sqz_file_close(f), 0);
+    sqz_engine_free(e);
+    unlink(path);
+}
+
 /* A commit that fails at the global dirty bound after the write itself
  * succeeded is not dropped: the next fsync reports it even though the
  * failure was transient (the retried commit succeeds). Two files: A holds
@@ -1326,6 +1422,7 @@ int main(void)
     test_dirty_bound();
     test_flusher();
     test_write_overlap();
+    test_hint_flush();
     test_bound_commit_error_surfaces();
     test_read_spill();
 
