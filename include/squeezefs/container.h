@@ -90,6 +90,15 @@ typedef void (*sqz_log_fn)(void *user, int level, const char *msg);
 /* Set the process-wide log sink (default: stderr). Not thread-safe against
  * concurrent logging: call once at start-up. */
 void sqz_set_log(sqz_log_fn fn, void *user);
+/* A label (the `label` argument of the open and create calls) that names
+ * a container by the path of its file descriptor, made only when a log
+ * line prints it (one readlink), instead of a text made for every open
+ * that is rarely printed. The path is relative to the directory set with
+ * sqz_set_label_root (absolute when none is set or it is elsewhere). */
+extern const char SQZ_LABEL_FROM_FD[];
+/* Set once at start-up, like sqz_set_log: the absolute directory that
+ * SQZ_LABEL_FROM_FD labels are relative to (copied; NULL: none). */
+int sqz_set_label_root(const char *dir);
 void sqz_logf(int level, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 

@@ -67,7 +67,7 @@ ssize_t sqz_ctr_read_block_locked(sqz_ctr *c, uint64_t idx, void *buf,
     if (r < 0) {
         if (r != -ENOMEM) {
             sqz_logf(SQZ_LOG_ERR, "%s: block %llu is damaged (%s at offset %llu)",
-                     c->label, (unsigned long long)idx, why[0] ? why : "I/O error",
+                     SQZ_LBL(c->label), (unsigned long long)idx, why[0] ? why : "I/O error",
                      (unsigned long long)e->off);
             r = -EIO;
         }

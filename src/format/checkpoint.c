@@ -60,7 +60,7 @@ static void reclaim(sqz_ctr *c, uint64_t limit)
     if (c->st.ix.stored_blocks) {
         cl.v = malloc(c->st.ix.stored_blocks * sizeof *cl.v);
         if (!cl.v) {
-            sqz_logf(SQZ_LOG_WARN, "%s: out of memory while reclaiming space", c->label);
+            sqz_logf(SQZ_LOG_WARN, "%s: out of memory while reclaiming space", SQZ_LBL(c->label));
             return;
         }
         sqz_index_each(&c->st.ix, collect_live, &cl);
@@ -82,9 +82,9 @@ static void reclaim(sqz_ctr *c, uint64_t limit)
     if (r == -EOPNOTSUPP) {
         c->punch_unsupported = 1;
         sqz_logf(SQZ_LOG_INFO, "%s: the file system cannot punch holes; dead space "
-                    "is not reclaimed", c->label);
+                    "is not reclaimed", SQZ_LBL(c->label));
     } else if (r < 0) {
-        sqz_logf(SQZ_LOG_WARN, "%s: reclaiming dead space failed (error %d)", c->label, -r);
+        sqz_logf(SQZ_LOG_WARN, "%s: reclaiming dead space failed (error %d)", SQZ_LBL(c->label), -r);
     } else {
         c->st.dead_bytes = 0;
     }
@@ -232,7 +232,7 @@ static int mark_durable(sqz_ctr *c)
         return 0;
     int r = write_anchor(c, c->st.anchor_seq + 1, c->end);
     if (r < 0) {
-        sqz_logf(SQZ_LOG_WARN, "%s: cannot write the durable mark (error %d)", c->label,
+        sqz_logf(SQZ_LOG_WARN, "%s: cannot write the durable mark (error %d)", SQZ_LBL(c->label),
                  -r);
         return r;
     }

@@ -72,7 +72,7 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
     c->io = *io;
     c->fd = fd;
     c->writable = flags == SQZ_OPEN_RDWR;
-    c->label = strdup(label ? label : "(container)");
+    c->label = sqz_label_dup(label, fd);
     if (!c->label) {
         r = -ENOMEM;
         goto fail_c;
@@ -109,7 +109,7 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         sqz_index_init(&c->st.ix);
         c->st.valid_end = c->st.ckpt_end = log0;
         sqz_logf(SQZ_LOG_WARN, "%s: creation torn before it was synced (%llu of "
-                 "%llu header bytes): an empty file", c->label,
+                 "%llu header bytes): an empty file", SQZ_LBL(c->label),
                  (unsigned long long)fsize, (unsigned long long)log0);
     } else if ((r = sqz_replay(rio, fd, &c->hdr, fsize, c->label, &c->st, err,
                                errlen)) < 0) {
@@ -134,7 +134,7 @@ int sqz_ctr_open_internal(int fd, int flags, const char *label,
         c->file_size = c->end;
         if (fsize > c->end)
             sqz_logf(SQZ_LOG_WARN, "%s: discarding %llu bytes of torn/uncommitted "
-                     "tail", c->label, (unsigned long long)(fsize - c->end));
+                     "tail", SQZ_LBL(c->label), (unsigned long long)(fsize - c->end));
         if ((r = io->truncate(io->ctx, fd, c->end)) < 0 ||
             (r = io->sync(io->ctx, fd, 1)) < 0) {
             sqz_errf(err, errlen, "cannot truncate the torn tail");
@@ -163,10 +163,13 @@ int sqz_ctr_open_fd_io(int fd, int flags, const char *label, const sqz_io *io,
                        sqz_ctr **out)
 {
     char why[128] = "";
-    int r = sqz_ctr_open_internal(fd, flags, label, io, 1, out, why,
+    int r = sqz_ctr_open_internal(fd, flags, label, io, 0, out, why,
                                   sizeof why);
-    if (r < 0 && why[0])
-        sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", why);
+    if (r < 0) { /* fd still open: a lazy label names it */
+        if (why[0])
+            sqz_logf(SQZ_LOG_ERR, "%s: %s", SQZ_LBL_FD(label, fd), why);
+        close(fd);
+    }
     return r;
 }
 
@@ -186,7 +189,7 @@ int sqz_ctr_create_fd_ver(int fd, const sqz_params *p, uint32_t version,
         r = -EINVAL;
     }
     if (r < 0) {
-        sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", err);
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", SQZ_LBL_FD(label, fd), err);
         close(fd);
         return r;
     }
@@ -232,7 +235,7 @@ int sqz_ctr_create_fd_lazy_io(int fd, const sqz_params *p, const char *label,
     *out = NULL;
     int r = sqz_params_check(p, err, sizeof err);
     if (r < 0) {
-        sqz_logf(SQZ_LOG_ERR, "%s: %s", label ? label : "(container)", err);
+        sqz_logf(SQZ_LOG_ERR, "%s: %s", SQZ_LBL_FD(label, fd), err);
         close(fd);
         return r;
     }
@@ -243,7 +246,7 @@ int sqz_ctr_create_fd_lazy_io(int fd, const sqz_params *p, const char *label,
         return -ENOMEM;
     }
     c->hdr = (sqz_header){.params = *p, .version = SQZ_FMT_VERSION};
-    c->label = strdup(label ? label : "(container)");
+    c->label = sqz_label_dup(label, fd);
     if (!c->label)
         r = -ENOMEM;
     else if ((r = new_file_id(&c->hdr.file_id)) == 0 &&
@@ -352,7 +355,7 @@ int sqz_ctr_close(sqz_ctr *c)
     /* written-ahead zeros go (a failure leaves them: zeros after the log
      * are no torn tail, the next open keeps or cuts them) */
     if (r == 0 && sqz_ctr_trim(c) < 0)
-        sqz_logf(SQZ_LOG_WARN, "%s: cannot cut preallocated log space", c->label);
+        sqz_logf(SQZ_LOG_WARN, "%s: cannot cut preallocated log space", SQZ_LBL(c->label));
     pthread_rwlock_destroy(&c->lock);
     sqz_index_free(&c->st.ix);
     if (close(c->fd) < 0 && r == 0)

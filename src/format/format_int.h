@@ -6,6 +6,7 @@
 #define SQUEEZEFS_FORMAT_INT_H
 
 #include <pthread.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -237,6 +238,18 @@ typedef struct sqz_state {
     /* damage after the durable mark, recognised by later valid commits */
     int evidence;
 } sqz_state;
+
+/* Labels (log.c): a copy of label for a container on fd (SQZ_LABEL_FROM_FD
+ * becomes "\001<fd>", resolved when printed; NULL: "(container)"), and
+ * the text of such a copy for a log line (buf, n: room to make it). */
+char *sqz_label_dup(const char *label, int fd);
+const char *sqz_label_text(const char *label, char *buf, size_t n);
+/* The same for a label as given to an open or create call on fd. */
+const char *sqz_label_text_fd(const char *label, int fd, char *buf, size_t n);
+/* The text of a label inside one log statement. */
+#define SQZ_LBL(label) sqz_label_text((label), (char[PATH_MAX]){0}, PATH_MAX)
+#define SQZ_LBL_FD(label, fd) \
+    sqz_label_text_fd((label), (fd), (char[PATH_MAX]){0}, PATH_MAX)
 
 /* Load the state of the container: anchors, checkpoint, replay. file_size
  * is the backing file's size; label names the file in log lines. 0,

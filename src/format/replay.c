@@ -147,7 +147,7 @@ static int apply_lost(sqz_state *st, pending *pd, size_t n, const char *label)
     }
     sqz_logf(SQZ_LOG_ERR, "%s: the commit record of transaction(s) %llu..%llu is "
                 "damaged; %zu intact block(s) of them recovered, their length "
-                "changes and holes are lost", label,
+                "changes and holes are lost", SQZ_LBL(label),
              (unsigned long long)pd->v[0].txn,
              (unsigned long long)pd->v[n - 1].txn, n);
     if (pd->v[n - 1].txn > st->txn)
@@ -272,7 +272,7 @@ static int apply_commit_damaged(sqz_state *st, const sqz_header *h,
         return r;
     if (seq > st->txn + 1)
         sqz_logf(SQZ_LOG_ERR, "%s: transaction(s) %llu..%llu are lost in damaged log "
-                    "records (their blocks keep older contents)", label,
+                    "records (their blocks keep older contents)", SQZ_LBL(label),
                  (unsigned long long)(st->txn + 1),
                  (unsigned long long)(seq - 1));
     st->lost_commits += seq - before - 1;
@@ -323,11 +323,11 @@ static int leave_durable(sqz_state *st, pending *pd, uint64_t durable,
         st->valid_end = durable;
         sqz_logf(SQZ_LOG_ERR, "%s: the last synced commit is damaged; its blocks and "
                     "the length %llu recorded with the durable mark are used",
-                 label, (unsigned long long)st->mark_len);
+                 SQZ_LBL(label), (unsigned long long)st->mark_len);
         return 0;
     }
     sqz_logf(SQZ_LOG_ERR, "%s: the last synced commit is damaged; the file's length "
-                "is unknown", label);
+                "is unknown", SQZ_LBL(label));
     return 2;
 }
 
@@ -346,8 +346,6 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
         sqz_index_free(&st->ix);
         return r;
     }
-    if (!label)
-        label = "(container)";
     int log2bs = h->params.log2bs;
     scanner sc = {.io = io, .fd = fd, .fsize = file_size};
     pending pd = {0};
@@ -360,7 +358,7 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
         durable = pos;
     if (durable > file_size) {
         sqz_logf(SQZ_LOG_ERR, "%s: the file ends at %llu, before the end of its synced "
-                    "log (%llu)", label, (unsigned long long)file_size,
+                    "log (%llu)", SQZ_LBL(label), (unsigned long long)file_size,
                  (unsigned long long)durable);
         durable = file_size & ~(uint64_t)7; /* records are 8-aligned */
         note_damage(st, durable, st->durable_end - durable);
@@ -487,7 +485,7 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
             break;
         sqz_logf(SQZ_LOG_ERR, "%s: damaged log record at offset %llu (synced data): "
                     "%llu bytes skipped, replay continues at offset %llu",
-                 label, (unsigned long long)pos,
+                 SQZ_LBL(label), (unsigned long long)pos,
                  (unsigned long long)(next - pos), (unsigned long long)next);
         note_damage(st, pos, next - pos);
         damaged = 1;
@@ -509,7 +507,7 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
         if (r == -EBADMSG && unknown) {
             sqz_logf(SQZ_LOG_ERR, "%s: the damaged log before offset %llu held blocks "
                         "of a lost transaction that cannot be identified",
-                     label, (unsigned long long)unknown);
+                     SQZ_LBL(label), (unsigned long long)unknown);
             sqz_errf(err, errlen, "log damaged (lost transaction's blocks unknown)");
         } else if (r == -EBADMSG) {
             sqz_errf(err, errlen, "file changed while being read");

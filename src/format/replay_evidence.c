@@ -95,7 +95,7 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
                     "%llu later commit record(s) follow; treated as an "
                     "uncommitted tail (a crash before the data was synced, "
                     "or damage that cannot be told apart from one)",
-                 label ? label : "(container)",
+                 SQZ_LBL(label),
                  (unsigned long long)st->valid_end,
                  (unsigned long long)commits);
         return 0;
@@ -103,7 +103,7 @@ int sqz_replay(const sqz_io *io, int fd, const sqz_header *h,
     sqz_logf(SQZ_LOG_ERR, "%s: damaged log records after the durable mark (offset "
                 "%llu): later commits up to offset %llu are intact, so the "
                 "damaged blocks read as errors and the file keeps its length",
-             label ? label : "(container)",
+             SQZ_LBL(label),
              (unsigned long long)st->valid_end, (unsigned long long)ev);
     sqz_index_free(&st->ix);
     *st = st2;

@@ -161,7 +161,7 @@ int sqz_ctr_verify(sqz_ctr *c, sqz_report_fn report, void *user)
     if (r == 0 && fsize > c->end &&
         !sqz_ctr_tail_is_zero(&c->io, c->fd, c->end, fsize)) /* preallocated */
         sqz_logf(SQZ_LOG_WARN, "%s: uncommitted tail, %llu bytes after offset %llu%s",
-                 c->label, (unsigned long long)(fsize - c->end),
+                 SQZ_LBL(c->label), (unsigned long long)(fsize - c->end),
                  (unsigned long long)c->end,
                  c->st.tail_commits ? " (holding later commits that cannot "
                                       "be applied)"

@@ -378,11 +378,10 @@ int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
     if (rc == 0 && kind != SQZ_K_CONTAINER)
         rc = kind == SQZ_K_DAMAGED ? -EIO : -ENODATA;
     if (rc == 0) {
-        char label[PATH_MAX];
-        sqz_inode_label(fs, in, label, sizeof(label));
         int fd = sqz_inode_reopen(in, O_RDONLY);
         sqz_ctr *c = NULL;
-        rc = fd < 0 ? fd : sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &c);
+        rc = fd < 0 ? fd : sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY,
+                                           SQZ_LABEL_FROM_FD, &c);
         if (rc == 0) {
             rc = sqz_ctr_stat(c, st);
             sqz_ctr_close(c);

@@ -128,8 +128,6 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
         close(fd);
         return torn_creation(fs, in, bst, kind, len);
     } else if (p == 1 || p == -EBADMSG) {
-        char label[PATH_MAX];
-        sqz_inode_label(fs, in, label, sizeof(label));
         sqz_ctr *c = NULL;
         /* a container that cannot be opened still shows the length its
          * newest durable mark recorded (reads give EIO): damage never
@@ -143,7 +141,8 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
             sqz_bkey_of(&ost, &ok);
         else
             memset(&ok, 0, sizeof(ok));
-        int rc = p == 1 ? sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &c)
+        int rc = p == 1 ? sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY,
+                                          SQZ_LABEL_FROM_FD, &c)
                         : -EBADMSG;
         if (rc == -EBADMSG) { /* read only for damage: the common open
                                * needs no extra reads */

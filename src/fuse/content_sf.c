@@ -56,8 +56,6 @@ static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
     } else {
         sqz_inode_stash_drop(in);
     }
-    char label[PATH_MAX];
-    sqz_inode_label(fs, in, label, sizeof(label));
     int mode = want_write ? SQZ_OPEN_RDWR : SQZ_OPEN_RDONLY;
     int fd = sqz_inode_reopen(in, want_write ? O_RDWR : O_RDONLY);
     if (fd < 0)
@@ -69,10 +67,12 @@ static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
         sqz_bkey_of(&kst, &in->sf_key);
     else
         memset(&in->sf_key, 0, sizeof(in->sf_key));
-    int rc = sqz_ctr_open_fd(fd, mode, label, out);
+    int rc = sqz_ctr_open_fd(fd, mode, SQZ_LABEL_FROM_FD, out);
     if (rc == 0 && want_write && fs->prealloc_ok)
         sqz_ctr_allow_prealloc(*out, 1);
     if (rc == -EBADMSG) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
         sqz_logf(SQZ_LOG_ERR, "%s: damaged container header: %s", label, strerror(-rc));
         sqz_content_invalidate(in);
         return -EIO;
@@ -163,10 +163,10 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
                           const sqz_params *p)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    char label[PATH_MAX];
-    sqz_inode_label(fs, in, label, sizeof(label));
     char err[256] = "";
     if (sqz_params_check(p, err, sizeof(err)) != 0) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
         sqz_logf(SQZ_LOG_ERR, "%s: invalid compression parameters: %s", label, err);
         return -EINVAL;
     }
@@ -177,7 +177,7 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
     if (fd < 0)
         return fd;
     sqz_ctr *c = NULL;
-    int rc = sqz_ctr_create_fd_lazy(fd, p, label, &c);
+    int rc = sqz_ctr_create_fd_lazy(fd, p, SQZ_LABEL_FROM_FD, &c);
     if (rc)
         return rc;
     if (fs->prealloc_ok)

@@ -207,6 +207,11 @@ static int prepare_fs(struct sqz_fs *fs, const char *backing)
         return -1;
     }
     fs->backing_len = strlen(fs->backing_real);
+    /* log lines name containers by their path inside the mount */
+    if (sqz_set_label_root(fs->backing_real) != 0) {
+        fprintf(stderr, "squeezefs: out of memory\n");
+        return -1;
+    }
     if (fs->opts.policy_file) {
         char err[512] = "";
         int rc = sqz_rules_load(fs->opts.policy_file, &fs->rules, err, sizeof(err));

@@ -22,12 +22,14 @@
 typedef struct logsink {
     int lines;
     int verbose;
+    char last[1024]; /* the last line (single-threaded tests only) */
 } logsink;
 
 static void test_log(void *user, int level, const char *msg)
 {
     logsink *s = user;
     __atomic_add_fetch(&s->lines, 1, __ATOMIC_RELAXED);
+    snprintf(s->last, sizeof s->last, "%s", msg);
     if (s->verbose)
         fprintf(stderr, "[log %d] %s\n", level, msg);
 }
@@ -1388,6 +1390,87 @@ static void test_tail_vs_damage(void)
     close(fd);
 }
 
+/* SQZ_LABEL_FROM_FD: a container opened without a label text is named in
+ * log lines by its file's path, relative to the label root (absolute
+ * without one), also when the open itself fails; a file renamed since it
+ * was opened is named by its new path. */
+static logsink *g_sink;
+
+static void test_lazy_label(void)
+{
+    char *dir = sqz_test_tmpdir();
+    REQUIRE(dir);
+    char sub[4200], path[4300], moved[4300], bad[4300];
+    snprintf(sub, sizeof sub, "%s/sub", dir);
+    snprintf(path, sizeof path, "%s/f", sub);
+    snprintf(moved, sizeof moved, "%s/g", sub);
+    snprintf(bad, sizeof bad, "%s/bad", sub);
+    REQUIRE(mkdir(sub, 0755) == 0);
+    sqz_params p = mkparams(SQZ_ALG_LZ4, 0, 12);
+    int fd = open(path, O_RDWR | O_CREAT | O_EXCL, 0644);
+    REQUIRE(fd >= 0);
+    sqz_ctr *c;
+    REQUIRE(sqz_ctr_create_fd(fd, &p, SQZ_LABEL_FROM_FD, &c) == 0);
+    unsigned char blk[4096];
+    sqz_test_fill(blk, sizeof blk, 0, 7); /* random: stored raw */
+    CHECK_EQ_INT(sqz_ctr_pwrite(c, blk, sizeof blk, 0), 4096);
+    CHECK_EQ_INT(sqz_ctr_sync(c, 1), 0);
+    CHECK_EQ_INT(sqz_ctr_close(c), 0);
+    /* damage the middle of the block's stored bytes */
+    fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    struct stat st;
+    REQUIRE(fstat(fd, &st) == 0);
+    off_t mid = st.st_size - 4096 / 2 - 64;
+    unsigned char byte;
+    REQUIRE(pread(fd, &byte, 1, mid) == 1);
+    byte ^= 0x10;
+    REQUIRE(pwrite(fd, &byte, 1, mid) == 1);
+    close(fd);
+
+    char want[4400];
+    for (int round = 0; round < 3; round++) {
+        const char *name = round == 2 ? moved : path;
+        if (round == 0)
+            CHECK_EQ_INT(sqz_set_label_root(NULL), 0);
+        else
+            CHECK_EQ_INT(sqz_set_label_root(dir), 0);
+        fd = open(name, O_RDONLY);
+        REQUIRE(fd >= 0);
+        REQUIRE(sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, SQZ_LABEL_FROM_FD, &c) == 0);
+        if (round == 2) /* renamed while open: named by the new path */
+            REQUIRE(rename(moved, path) == 0);
+        g_sink->last[0] = '\0';
+        CHECK_EQ_INT(sqz_ctr_pread(c, blk, sizeof blk, 0), -EIO);
+        if (round == 0)
+            snprintf(want, sizeof want, "%s: ", path);
+        else
+            snprintf(want, sizeof want, "sub/f: ");
+        if (strncmp(g_sink->last, want, strlen(want)) != 0) {
+            fprintf(stderr, "round %d: log line \"%s\", wanted \"%s...\"\n",
+                    round, g_sink->last, want);
+            sqz_test_failures++;
+        }
+        CHECK_EQ_INT(sqz_ctr_close(c), 0);
+        if (round == 1)
+            REQUIRE(rename(path, moved) == 0);
+    }
+    /* a failed open names the file too (its descriptor is still open) */
+    fd = open(bad, O_RDWR | O_CREAT | O_EXCL, 0644);
+    REQUIRE(fd >= 0);
+    CHECK_EQ_INT(write(fd, "SQZFS but not a header at all", 29), 29);
+    g_sink->last[0] = '\0';
+    CHECK_EQ_INT(sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, SQZ_LABEL_FROM_FD, &c),
+                 -EBADMSG);
+    CHECK(strncmp(g_sink->last, "sub/bad: ", 9) == 0);
+    CHECK_EQ_INT(sqz_set_label_root(NULL), 0);
+    unlink(path);
+    unlink(bad);
+    rmdir(sub);
+    rmdir(dir);
+    free(dir);
+}
+
 /* Limits of the index: a file whose full index would not fit a
  * CHECKPOINT is refused up front (-EFBIG), and an oversized COMMIT is
  * rejected before anything is written (-E2BIG). */
@@ -1422,9 +1505,10 @@ static void test_size_limits(void)
 
 int main(void)
 {
-    logsink sink = {0, getenv("SQZ_TEST_VERBOSE") != NULL};
+    logsink sink = {.verbose = getenv("SQZ_TEST_VERBOSE") != NULL};
     g_verbose = sink.verbose;
     sqz_set_log(test_log, &sink);
+    g_sink = &sink;
     const char *corpus = getenv("SQZ_WRITE_CORPUS");
     if (corpus) {
         write_corpus(corpus);
@@ -1442,6 +1526,7 @@ int main(void)
         printf("%-40s %.2fs\n", #x, (double)(t1.tv_sec - t0.tv_sec) + \
                (double)(t1.tv_nsec - t0.tv_nsec) / 1e9); t0 = t1; } while (0)
     PHASE(test_paths());
+    PHASE(test_lazy_label());
     PHASE(test_tail_vs_damage());
     PHASE(test_size_limits());
     PHASE(test_rot_in_synced_log());
