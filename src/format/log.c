@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fdpath.h"
 #include "format/format_int.h"
 
 /* The two documented process-wide settings (container.h). */
@@ -28,25 +29,27 @@ int sqz_set_label_root(const char *dir)
     return 0;
 }
 
+/* label as stored for a container on fd: SQZ_LABEL_FROM_FD becomes
+ * "\001" + the descriptor (lazy, 32 bytes), resolved by sqz_label_text */
+static const char *stored(const char *label, int fd, char *lazy)
+{
+    if (label != SQZ_LABEL_FROM_FD)
+        return label;
+    snprintf(lazy, 32, "\001%d", fd);
+    return lazy;
+}
+
 char *sqz_label_dup(const char *label, int fd)
 {
-    char buf[32];
-    if (label == SQZ_LABEL_FROM_FD) {
-        /* "\001" + the descriptor: resolved by sqz_label_text */
-        snprintf(buf, sizeof buf, "\001%d", fd);
-        label = buf;
-    }
+    char lazy[32];
+    label = stored(label, fd, lazy);
     return strdup(label ? label : "(container)");
 }
 
 const char *sqz_label_text_fd(const char *label, int fd, char *buf, size_t n)
 {
     char lazy[32];
-    if (label == SQZ_LABEL_FROM_FD) {
-        snprintf(lazy, sizeof lazy, "\001%d", fd);
-        return sqz_label_text(lazy, buf, n);
-    }
-    return sqz_label_text(label, buf, n);
+    return sqz_label_text(stored(label, fd, lazy), buf, n);
 }
 
 const char *sqz_label_text(const char *label, char *buf, size_t n)
@@ -55,23 +58,15 @@ const char *sqz_label_text(const char *label, char *buf, size_t n)
         return "(container)";
     if (label[0] != '\001')
         return label;
-    char pp[48];
-    snprintf(pp, sizeof pp, "/proc/self/fd/%s", label + 1);
-    ssize_t r = readlink(pp, buf, n - 1);
-    if (r <= 0 || (size_t)r >= n - 1) {
+    if (sqz_fd_path(atoi(label + 1), buf, n) != 0 || !buf[0]) {
         snprintf(buf, n, "(container, descriptor %s)", label + 1);
         return buf;
     }
-    buf[r] = '\0';
-    static const char del[] = " (deleted)";
-    size_t dl = sizeof del - 1;
-    if ((size_t)r > dl && strcmp(buf + r - dl, del) == 0)
-        buf[r - dl] = '\0';
-    size_t rl = label_root ? strlen(label_root) : 0;
-    if (rl == 1 && label_root[0] == '/')
-        rl = 0; /* the root is "/": every path is under it */
-    if (label_root && strncmp(buf, label_root, rl) == 0 && buf[rl] == '/')
-        memmove(buf, buf + rl + 1, strlen(buf + rl + 1) + 1);
+    const char *rel = label_root ? sqz_path_below(buf, label_root,
+                                                  strlen(label_root))
+                                 : NULL;
+    if (rel && rel[0] && rel != buf)
+        memmove(buf, rel, strlen(rel) + 1);
     return buf;
 }
 

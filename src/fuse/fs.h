@@ -30,11 +30,11 @@
 #include "squeezefs/container.h"
 #include "squeezefs/policy.h"
 
-/* Temporary names used by recompress; never visible through the mount. */
 /* max_write and the read size (max_pages): 1 MiB, the largest WRITE the
  * kernel sends */
 #define SQZ_MAX_IO (1u << 20)
 
+/* Temporary names used by recompress; never visible through the mount. */
 #define SQZ_TMP_PREFIX ".sqz-tmp."
 
 /* Virtual / special xattr names. */

@@ -9,6 +9,7 @@
  * Protected by sqz_fs.itable_lock (docs/LOCKING.md). */
 #include "fuse/fs.h"
 #include "common/lockorder.h"
+#include "common/fdpath.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -543,19 +544,7 @@ void sqz_proc_path(int fd, char *buf, size_t n)
 
 int sqz_inode_abspath(struct sqz_inode *in, char *buf, size_t n)
 {
-    char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    ssize_t r = readlink(pp, buf, n - 1);
-    if (r < 0)
-        return -errno;
-    if ((size_t)r >= n - 1)
-        return -ENAMETOOLONG;
-    buf[r] = '\0';
-    static const char del[] = " (deleted)";
-    size_t dl = sizeof(del) - 1;
-    if ((size_t)r > dl && strcmp(buf + r - dl, del) == 0)
-        buf[r - dl] = '\0';
-    return 0;
+    return sqz_fd_path(in->fd, buf, n);
 }
 
 int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
@@ -569,15 +558,8 @@ int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
     int rc = sqz_inode_abspath(in, abs, sizeof(abs));
     if (rc)
         return rc;
-    const char *rel = abs;
-    size_t bl = fs->backing_len;
-    if (bl == 1 && fs->backing_real[0] == '/')
-        rel = abs + 1;  /* BACKING is "/" */
-    else if (strncmp(abs, fs->backing_real, bl) == 0 && abs[bl] == '/')
-        rel = abs + bl + 1;
-    else if (strcmp(abs, fs->backing_real) == 0)
-        rel = "";
-    else
+    const char *rel = sqz_path_below(abs, fs->backing_real, fs->backing_len);
+    if (!rel)
         return -ENOENT; /* not below BACKING (moved away meanwhile) */
     if (strlen(rel) >= n)
         return -ENAMETOOLONG;

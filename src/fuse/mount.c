@@ -24,7 +24,6 @@
 #include <syslog.h>
 #include <unistd.h>
 
-
 void sqz_mount_usage(FILE *out)
 {
     fprintf(out,
