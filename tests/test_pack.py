@@ -22,7 +22,7 @@ import time
 
 import pytest
 
-from mountlib import RENAME_EXCHANGE, mount_stats, renameat2
+from mountlib import RENAME_EXCHANGE, Mount, mount_stats, renameat2
 
 PTR_XATTR = "user.squeezefs.packed"
 PTR_MAGIC = 0x50505153          # "SQPP"
@@ -621,6 +621,56 @@ def test_files_of_many_directories_are_packed(mount_factory):
     left = [i for i in range(40)
             if state(os.path.join(m.backing, f"d{i}", "f")) != "packed"]
     assert not left, (left, m.log()[-1000:])
+
+
+class LimitedMount(Mount):
+    """A daemon under an open-file limit of 10,000: it keeps at most 5,000
+    notes of files to pack (half the limit, src/fuse/mount.c)."""
+    LIMIT = 10000
+
+    def cmd(self):
+        return ["prlimit", f"--nofile={self.LIMIT}:{self.LIMIT}", "--"] + super().cmd()
+
+
+def test_stream_of_closes_is_packed_within_its_bound(mount_factory, tmp_path):
+    """Small files closed in a stream wait for a quiet moment to be packed
+    (a `cp -r` is not slowed down by packing), but never more of them than
+    the bound (half the open-file limit) plus the durable queue's 1,024 and
+    one batch: past the bound the durable thread packs the oldest down
+    while the stream goes on. Once it ends, all are packed and read back."""
+    mount_factory  # (FUSE present, squeezefs built; this mount is our own)
+    n, bound = 7500, LimitedMount.LIMIT // 2 + 2 * 1024
+    os.makedirs(tmp_path / "b")
+    m = LimitedMount(tmp_path / "b", tmp_path / "m")
+    rc = None
+    try:
+        os.mkdir(m.path("d"))
+        content = {i: b"%06d small file\n" % i * (1 + i % 40) for i in range(n)}
+        peak = 0
+        for i in range(n):
+            wr(m.path("d", f"f{i}"), content[i])
+            if i % 250 == 249:
+                peak = max(peak, mount_stats(m.mnt)["pack_pending"])
+        s = mount_stats(m.mnt)
+        peak = max(peak, s["pack_pending"])
+        assert peak <= bound, (peak, s)
+        assert s["files_packed"] > 0, s       # some while the stream went on
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            s = mount_stats(m.mnt)
+            if s["pack_pending"] == 0 and s["files_packed"] >= n:
+                break
+            time.sleep(0.2)
+        assert s["pack_pending"] == 0 and s["files_packed"] == n, s
+        assert s["pack_failures"] == 0, (s, m.log()[-2000:])
+        for i in range(0, n, 7):
+            assert rd(m.path("d", f"f{i}")) == content[i], i
+    finally:
+        rc = m.unmount()
+    assert rc == 0, m.log()[-2000:]
+    left = [i for i in range(n)
+            if state(os.path.join(str(tmp_path / "b"), "d", f"f{i}")) != "packed"]
+    assert not left, left[:10]
 
 
 def test_fsynced_file_is_packed(mount_factory):

@@ -266,6 +266,32 @@ static int run_batch(struct sqz_fs *fs, int final)
     return rc;
 }
 
+/* 1 if the queue asks for a batch now (or the thread is stopping). */
+static int queue_full(struct sqz_durable *d)
+{
+    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
+    int full = d->n >= SQZ_DURABLE_KICK || d->stop;
+    SQZ_MUTEX_UNLOCK(&d->mu);
+    return full;
+}
+
+/* Pack the notes (quiet), or only down below their bound; slice by slice,
+ * back to the queue as soon as it is full again (closers would wait for
+ * room) unless the notes are a queue's length past their bound. */
+static void pack_some(struct sqz_fs *fs, int quiet)
+{
+    struct sqz_durable *d = fs->durable;
+    size_t max = sqz_pack_pending_max(fs), np;
+    while ((np = sqz_pack_npending(fs)) > 0) {
+        if (!quiet && np < max)
+            break;
+        if (np < max + SQZ_DURABLE_MAX && queue_full(d))
+            break;
+        if (sqz_pack_pending(fs) == 0)
+            break; /* no memory: the notes stay */
+    }
+}
+
 static void *durable_main(void *arg)
 {
     struct sqz_fs *fs = arg;
@@ -283,9 +309,7 @@ static void *durable_main(void *arg)
             (void)run_batch(fs, 0); /* failures stay queued and retried */
         /* packing waits for a quiet moment: a batch not started by a full
          * queue (a stream of closes is not slowed down by it) */
-        if (queued < SQZ_DURABLE_KICK ||
-            sqz_pack_npending(fs) >= SQZ_PACK_PENDING_MAX)
-            sqz_pack_pending(fs);
+        pack_some(fs, queued < SQZ_DURABLE_KICK);
         sqz_pack_gc_run(fs, 0);
         SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     }
@@ -345,7 +369,8 @@ int sqz_durable_finish(struct sqz_fs *fs)
     stop_thread(d);
     /* final mode requeues nothing, so one batch empties the queue */
     int first = run_batch(fs, 1);
-    sqz_pack_pending(fs);
+    while (sqz_pack_pending(fs) > 0)
+        ;
     sqz_pack_gc_run(fs, 1);
     if (d->use_syncfs && syncfs(d->root_fd) != 0 && first == 0)
         first = -errno;

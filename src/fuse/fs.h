@@ -186,6 +186,9 @@ struct sqz_fs {
     atomic_uint push_inflight;  /* push.c: pushes running now */
     size_t plus_max_inodes;     /* const: READDIRPLUS looks entries up only
                                    below this many inodes (mount.c) */
+    size_t pack_pending_max;    /* const: notes that make the durable thread
+                                   pack during a stream of closes (mount.c;
+                                   0: SQZ_PACK_PENDING_MIN) */
     atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
     atomic_uint_fast64_t packed_bytes_read; /* READ replies of packed files */
     int prealloc_ok;            /* const: containers may write their log
@@ -448,11 +451,23 @@ int sqz_pack_worth(struct sqz_fs *fs, sqz_ctr *c);
 /* Durable thread, io exclusive, after c's durable mark: note in for
  * packing if it may be packed (an open reference until it is tried). */
 void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c);
-/* Durable thread: pack the noted files (takes each one's io in turn). */
-void sqz_pack_pending(struct sqz_fs *fs);
+/* Durable thread: pack the oldest noted files, at most SQZ_PACK_SLICE of
+ * them (takes each one's io in turn). Returns how many notes it took (0:
+ * none left, or no memory: they stay). */
+size_t sqz_pack_pending(struct sqz_fs *fs);
+/* Notes waiting (any thread). */
 size_t sqz_pack_npending(struct sqz_fs *fs);
-/* Notes that make the durable thread pack at once, quiet or not. */
-#define SQZ_PACK_PENDING_MAX 4096
+/* Notes from which the durable thread packs even during a stream of
+ * closes (fs->pack_pending_max). */
+size_t sqz_pack_pending_max(struct sqz_fs *fs);
+/* Notes packed in one go: bounds the file data read into memory (at most
+ * SQZ_PACK_SLICE * SQZ_PACK_MAX_LENGTH) and how long the durable thread
+ * stays away from its queue of closed files. */
+#define SQZ_PACK_SLICE 256
+/* Bounds of fs->pack_pending_max: each note keeps an inode (and its file
+ * descriptor) that the kernel may already have forgotten. */
+#define SQZ_PACK_PENDING_MIN 4096
+#define SQZ_PACK_PENDING_MAX 65536
 /* Pack the candidates (takes each one's io in turn; no lock held). */
 void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n);
 void sqz_pack_cand_free(struct sqz_pack_cand *x);

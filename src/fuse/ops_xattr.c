@@ -83,7 +83,7 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"opens_from_lookup\": %" PRIu64
         ", \"files_packed\": %" PRIu64 ", \"pack_failures\": %" PRIu64
         ", \"packs_removed\": %" PRIu64 ", \"pack_entries_moved\": %" PRIu64
-        ", \"packed_bytes_read\": %" PRIu64
+        ", \"packed_bytes_read\": %" PRIu64 ", \"pack_pending\": %zu"
         ", \"security_xattr_gets\": %lu"
         ", \"killpriv_v2\": %d, \"writeback_cache\": %d%s}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
@@ -94,7 +94,7 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         (uint64_t)atomic_load(&fs->push_bytes),
         (uint64_t)atomic_load(&fs->push_skipped),
         sqz_inode_stash_hits(), packed, pfail, premoved, pmoved,
-        (uint64_t)atomic_load(&fs->packed_bytes_read),
+        (uint64_t)atomic_load(&fs->packed_bytes_read), sqz_pack_npending(fs),
         atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active(),
         fs->opts.writeback, tier);
 }

@@ -5,8 +5,10 @@
  *      most SQZ_PACK_MAX_LENGTH bytes is noted (an open reference keeps
  *      the inode); the notes are packed at a quiet moment: a batch of the
  *      durable thread that was not started by a full queue (a stream of
- *      closes, e.g. `cp -r`, is not slowed down), SQZ_PACK_PENDING_MAX
- *      notes, or the unmount;
+ *      closes, e.g. `cp -r`, is not slowed down), fs->pack_pending_max
+ *      notes (then only down below it), or the unmount; oldest first, in
+ *      slices of SQZ_PACK_SLICE between which the durable thread serves
+ *      its queue of closed files;
  *   1. under the file's io lock: a noted file that is still a container,
  *      with one link, not open, is a candidate; its content is read;
  *   2. without locks: every candidate is appended to the pack of its
@@ -59,6 +61,7 @@ struct sqz_packer {
     struct sqz_inode **pend; /* marked small files waiting for a quiet
                                 moment, each with an open reference */
     size_t npend, pcap;
+    atomic_size_t npend_seen; /* npend, for other threads (stats) */
     /* statistics (read by other threads) */
     atomic_uint_fast64_t packed, skipped, failed;
 };
@@ -98,6 +101,7 @@ void sqz_packer_free(struct sqz_fs *fs)
     for (size_t i = 0; i < pk->n; i++)
         drop(&pk->p[i]);
     free(pk->p);
+    free(pk->pend);
     free(pk);
     fs->packer = NULL;
 }
@@ -174,24 +178,32 @@ void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c)
     sqz_inode_open_ref(fs, in);
     in->pack_noted = 1;
     pk->pend[pk->npend++] = in;
+    atomic_store(&pk->npend_seen, pk->npend);
 }
 
-void sqz_pack_pending(struct sqz_fs *fs)
+size_t sqz_pack_pending(struct sqz_fs *fs)
 {
     struct sqz_packer *pk = fs->packer;
     if (!pk || pk->npend == 0)
-        return;
-    struct sqz_inode **v = pk->pend;
-    size_t n = pk->npend;
-    pk->pend = NULL;
-    pk->npend = pk->pcap = 0;
+        return 0;
+    size_t n = pk->npend < SQZ_PACK_SLICE ? pk->npend : SQZ_PACK_SLICE;
+    struct sqz_inode **v = malloc(n * sizeof(*v));
     struct sqz_pack_cand **c = calloc(n, sizeof(*c));
+    if (!v || !c) {
+        free(v);
+        free(c);
+        return 0; /* the notes stay: tried again by the next call */
+    }
+    memcpy(v, pk->pend, n * sizeof(*v));
+    pk->npend -= n;
+    memmove(pk->pend, pk->pend + n, pk->npend * sizeof(*v));
+    atomic_store(&pk->npend_seen, pk->npend);
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         struct sqz_inode *in = v[i];
         SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
         in->pack_noted = 0;
-        int fd = c ? sqz_inode_reopen(in, O_RDONLY) : -1;
+        int fd = sqz_inode_reopen(in, O_RDONLY);
         sqz_ctr *ctr = NULL;
         /* (a file changed meanwhile, packed, emptied or damaged, is no
          * container of its own any more, or not a candidate) */
@@ -208,20 +220,24 @@ void sqz_pack_pending(struct sqz_fs *fs)
         }
         SQZ_RWUNLOCK(&in->io);
     }
-    if (c) {
-        sqz_pack_run(fs, c, m);
-        for (size_t i = 0; i < m; i++)
-            sqz_pack_cand_free(c[i]);
-        free(c);
-    }
+    sqz_pack_run(fs, c, m);
+    for (size_t i = 0; i < m; i++)
+        sqz_pack_cand_free(c[i]);
+    free(c);
     for (size_t i = 0; i < n; i++)
         sqz_inode_open_unref(fs, v[i]);
     free(v);
+    return n;
+}
+
+size_t sqz_pack_pending_max(struct sqz_fs *fs)
+{
+    return fs->pack_pending_max ? fs->pack_pending_max : SQZ_PACK_PENDING_MIN;
 }
 
 size_t sqz_pack_npending(struct sqz_fs *fs)
 {
-    return fs->packer ? fs->packer->npend : 0;
+    return fs->packer ? atomic_load(&fs->packer->npend_seen) : 0;
 }
 
 /* The open pack of the directory of x's file (started if needed). */
