@@ -6,8 +6,8 @@ a loop device, mergerfs (plain FUSE passthrough) and the raw directory.
 For every tree and target, medians of --runs (the order of the targets
 rotates from run to run):
 
-  cp      `cp -r TREE DST` then `sync` (the source tree is read once before,
-          so it comes from the page cache)
+  cp      `cp -r TREE DST` then `sync` (the source tree is read right
+          before every copy, so it comes from the page cache)
   space   squeezefs, raw, mergerfs: the sum of st_blocks * 512 of the
           regular files in the backing directory (what the backing ext4
           allocates for their data, hidden packs included; directories and
@@ -230,6 +230,9 @@ def one(target, src, base, btrfs, cache, ext4_size=0):
     try:
         dst = os.path.join(d, "tree")
         before = btrfs.df() if target.kind == "btrfs" else None
+        # the source in the page cache for every copy (the previous run's
+        # read tests dropped it): the copy measures the target only
+        warm(src)
         t0 = time.monotonic()
         sh(["cp", "-r", src, dst])
         t_cp = time.monotonic() - t0
@@ -353,7 +356,6 @@ def main():
             btrfs = Btrfs(work, args.btrfs_size)
         for tree in trees:
             info = tree_stats(tree)
-            warm(tree)
             results = {t.name: [] for t in targets}
             for r in range(args.runs):
                 order = targets[r % len(targets):] + targets[:r % len(targets)]
