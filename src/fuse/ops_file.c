@@ -187,7 +187,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     }
     rc = sqz_content_create(fs, in, &pol, fd, &st, flags, h);
     if (rc) {
-        sqz_logf(SQZ_LOG_ERR, "%s: cannot create container: %s", name, strerror(-rc));
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_ERR, "%s: cannot create container: %s", label, strerror(-rc));
         unlinkat(p->fd, name, 0);
         sqz_inode_forget(fs, in, 1);
         free(h);
