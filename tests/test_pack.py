@@ -623,6 +623,71 @@ def test_files_of_many_directories_are_packed(mount_factory):
     assert not left, (left, m.log()[-1000:])
 
 
+def test_new_small_file_is_a_draft_until_packed(mount_factory):
+    """A small file created and closed without an fsync is stored as a
+    draft (zstd's fastest mode, about its own size: a `cp -r` does not
+    wait for compression, src/fuse/content_io.c) and compressed when it
+    is packed. A reader that holds it open when packing comes (after its
+    durable mark, during a stream of closes) delays that until its close:
+    the draft is tried again, so none stays. A file fsync'ed before its
+    close, and a file on a nopack mount, are compressed at once."""
+    text = b"".join(b"%06d the draft of a small file, packed later\n" % i
+                    for i in range(500))          # 23,500 bytes of text
+    m = mount_factory()
+    os.mkdir(m.path("d"))
+    os.mkdir(m.path("s"))
+    s0 = mount_stats(m.mnt)
+    ba = os.path.join(m.backing, "d", "a")
+    k = 0
+
+    def stream(count):                 # closes that keep the batches full
+        nonlocal k
+        for _ in range(count):
+            wr(m.path("s", f"f{k}"), b"%d\n" % k)
+            k += 1
+
+    stream(300)
+    wr(m.path("d", "a"), text)
+    s1 = mount_stats(m.mnt)
+    # (the stream's files, under 4 KiB, are compressed at once)
+    assert s1["draft_blocks"] - s0["draft_blocks"] == 1, (s0, s1)
+    assert state(ba) == "container"
+    assert len(text) * 9 // 10 < os.stat(ba).st_size < len(text) + 4096
+    stream(600)                        # its durable mark, no quiet moment
+    r = open(m.path("d", "a"), "rb")
+    try:
+        stream(300)
+        assert wait_states(m.backing, {"s/f0": "packed", f"s/f{k - 1}": "packed"},
+                           timeout=10) == {"s/f0": "packed", f"s/f{k - 1}": "packed"}
+        time.sleep(4.5)                # two more batches: a stays open
+        assert state(ba) == "container", m.log()[-1000:]
+        assert r.read() == text
+    finally:
+        r.close()
+    assert wait_states(m.backing, {"d/a": "packed"}, timeout=10) == {"d/a": "packed"}
+    assert pointer(ba)["stored"] < len(text) // 4
+    assert rd(m.path("d", "a")) == text
+    # fsync'ed before its close: compressed at once
+    s1 = mount_stats(m.mnt)
+    with open(m.path("d", "b"), "wb") as w:
+        w.write(text)
+        w.flush()
+        os.fsync(w.fileno())
+    s2 = mount_stats(m.mnt)
+    assert s2["draft_blocks"] == s1["draft_blocks"], (s1, s2)
+    bb = os.path.join(m.backing, "d", "b")
+    assert state(bb) == "packed" or os.stat(bb).st_size < len(text) // 2
+    assert m.unmount() == 0, m.log()
+    # nopack: no drafts
+    n = mount_factory(options=["nopack"], name="nopack")
+    wr(n.path("c"), text)
+    assert mount_stats(n.mnt)["draft_blocks"] == 0
+    bc = os.path.join(n.backing, "c")
+    assert state(bc) == "container" and os.stat(bc).st_size < len(text) // 2
+    assert rd(n.path("c")) == text
+    assert n.unmount() == 0, n.log()
+
+
 class LimitedMount(Mount):
     """A daemon under an open-file limit of 10,000: it keeps at most 5,000
     notes of files to pack (half the limit, src/fuse/mount.c)."""

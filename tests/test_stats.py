@@ -11,7 +11,8 @@ MiB = 1024 * 1024
 
 KEYS = {"logical_bytes_read", "logical_bytes_written", "backing_bytes_read",
         "backing_bytes_written", "blocks_decompressed", "bytes_decompressed",
-        "blocks_compressed", "bytes_compressed", "raw_blocks_stored", "cache_hits",
+        "blocks_compressed", "bytes_compressed", "raw_blocks_stored", "draft_blocks",
+        "cache_hits",
         "cache_misses", "cache_bytes", "dirty_bytes", "pushed_blocks", "pushed_bytes",
         "push_skipped", "opens_from_lookup", "files_packed", "pack_failures",
         "packs_removed", "pack_entries_moved", "packed_bytes_read"}

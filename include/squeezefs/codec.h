@@ -79,6 +79,15 @@ size_t sqz_compress_bound(sqz_alg alg, size_t n);
 ssize_t sqz_compress(sqz_alg alg, int level, const void *src, size_t n,
                      void *dst, size_t cap);
 
+/* A draft of src[0..n) for data that is compressed again soon (squeezefs
+ * packs small files seconds after their close, compressing them anew): as
+ * fast as alg can, whatever the ratio (zstd: its fastest mode, about the
+ * size of the input; others: their lowest level). Decoded by
+ * sqz_decompress(alg) like sqz_compress's output; returns as it does.
+ * src and dst must not be NULL. */
+ssize_t sqz_compress_draft(sqz_alg alg, const void *src, size_t n, void *dst,
+                           size_t cap);
+
 /* Decompress src[0..n) into dst, which must receive exactly `expected`
  * bytes. Returns expected on success, -EBADMSG if the input is corrupt or
  * does not decompress to exactly `expected` bytes. Never writes past

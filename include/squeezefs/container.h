@@ -181,6 +181,11 @@ typedef struct sqz_prepared {
  * length must be zero). Thread-safe, lock-free. Returns 0 or -ENOMEM. */
 int sqz_ctr_prepare(const sqz_ctr *c, uint64_t idx, const void *data,
                     sqz_prepared *out);
+/* The same with a draft of the container's algorithm (sqz_compress_draft)
+ * instead of its level: for a block compressed again soon. The block reads
+ * like any other; the header keeps the container's level. */
+int sqz_ctr_prepare_draft(const sqz_ctr *c, uint64_t idx, const void *data,
+                          sqz_prepared *out);
 void sqz_prepared_free(sqz_prepared *p);
 
 /* Append the prepared blocks and a COMMIT record setting the new logical

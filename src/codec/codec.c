@@ -233,6 +233,19 @@ ssize_t sqz_compress(sqz_alg alg, int level, const void *src, size_t n,
     return r->ops->compress(codec_tls(alg), level, src, n, dst, cap);
 }
 
+ssize_t sqz_compress_draft(sqz_alg alg, const void *src, size_t n, void *dst,
+                           size_t cap)
+{
+    const codec_row *r = row_of((int)alg);
+    if (!r)
+        return -EINVAL;
+    if (!r->ops->draft)
+        return sqz_compress(alg, r->lo, src, n, dst, cap);
+    if (!src || !dst || n > (size_t)SSIZE_MAX)
+        return -EINVAL;
+    return r->ops->draft(codec_tls(alg), src, n, dst, cap);
+}
+
 ssize_t sqz_decompress(sqz_alg alg, const void *src, size_t n, void *dst,
                        size_t expected)
 {

@@ -42,6 +42,10 @@ typedef struct sqz_codec_ops {
     /* Frees the codec's per-thread context (what it stored in its
      * context slot) at thread exit; NULL if it keeps none. */
     void (*tls_free)(void *ctx);
+    /* A draft (sqz_compress_draft): as fast as the codec can, decoded
+     * like compress's output. NULL: compress at the lowest level. */
+    ssize_t (*draft)(void **slot, const void *src, size_t n, void *dst,
+                     size_t cap);
 } sqz_codec_ops;
 
 /* The codec table, in display order (the order of sqz_all_algs, `squeezefs

@@ -206,9 +206,18 @@ static ssize_t zstd_decompress(void **slot, const void *src, size_t n, void *dst
     return (ssize_t)expected;
 }
 
+/* zstd's fastest mode (ZSTD_minCLevel(): the largest acceleration, mostly
+ * raw blocks), below the levels a policy may name. */
+static ssize_t zstd_draft(void **slot, const void *src, size_t n, void *dst,
+                          size_t cap)
+{
+    return zstd_compress(slot, ZSTD_minCLevel(), src, n, dst, cap);
+}
+
 const sqz_codec_ops sqz_zstd_ops = {
     .bound = zstd_bound,
     .compress = zstd_compress,
     .decompress = zstd_decompress,
     .tls_free = zstd_tls_free,
+    .draft = zstd_draft,
 };

@@ -225,6 +225,7 @@ void sqz_engine_stats(sqz_engine *e, sqz_stats *out)
     out->blocks_compressed = atomic_load(&s->blocks_compressed);
     out->bytes_compressed = atomic_load(&s->bytes_compressed);
     out->raw_blocks_stored = atomic_load(&s->raw_blocks_stored);
+    out->draft_blocks = atomic_load(&s->draft_blocks);
     out->blocks_compressed_overlapped =
         atomic_load(&s->compress_overlapped);
     out->cache_hits = atomic_load(&s->cache_hits);

@@ -58,6 +58,7 @@ typedef struct sqz_stats {
     uint64_t blocks_decompressed, bytes_decompressed;
     uint64_t blocks_compressed, bytes_compressed;
     uint64_t raw_blocks_stored;
+    uint64_t draft_blocks;   /* stored as drafts (sqz_file_flush_draft) */
     /* blocks whose background compression overlapped a writer copying
      * data into the same file */
     uint64_t blocks_compressed_overlapped;
@@ -129,6 +130,15 @@ ssize_t sqz_file_append(sqz_file *f, const void *buf, size_t n,
 int sqz_file_truncate(sqz_file *f, uint64_t length);
 /* Hand dirty data to the backing file (commit, no fsync). */
 int sqz_file_flush(sqz_file *f);
+/* The same for a file compressed again soon (squeezefs packs a small
+ * closed file, compressing its content anew): if the file is min_len..
+ * max_len bytes long (and not empty) and within its first block, its
+ * dirty block is stored as a
+ * draft (sqz_ctr_prepare_draft: the fastest mode of the container's
+ * algorithm), so the commit costs little more than the write. Blocks
+ * already compressing (sqz_file_hint_flush) keep their compression.
+ * Returns 1 if it stored a draft, 0 if not, or -errno. */
+int sqz_file_flush_draft(sqz_file *f, uint64_t min_len, uint64_t max_len);
 /* A hint that a flush is likely next: the caller wrote up to `end` the
  * last of what a writer had pending (the kernel writing back its cached
  * pages, which it does right before a close or an fsync). If end reaches

@@ -28,6 +28,7 @@ typedef struct sqz_stats_live {
     sqz_counter blocks_decompressed, bytes_decompressed;
     sqz_counter blocks_compressed, bytes_compressed;
     sqz_counter raw_blocks_stored;
+    sqz_counter draft_blocks;
     sqz_counter compress_overlapped;
     sqz_counter cache_hits, cache_misses;
 } sqz_stats_live;

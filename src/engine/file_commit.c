@@ -14,7 +14,8 @@ static void prep_job(void *arg)
 {
     prep_arg *a = arg;
     uint64_t c0 = atomic_load(&a->f->copies);
-    a->rc = sqz_ctr_prepare(a->c, a->b->idx, a->b->data, a->out);
+    a->rc = a->draft ? sqz_ctr_prepare_draft(a->c, a->b->idx, a->b->data, a->out)
+                     : sqz_ctr_prepare(a->c, a->b->idx, a->b->data, a->out);
     /* A writer copied data into this file while we compressed. */
     if (atomic_load(&a->f->copies) != c0)
         atomic_fetch_add(&a->f->e->st.compress_overlapped, 1);
@@ -210,7 +211,8 @@ int sqz_file_commit_inflight(sqz_file *f, int wait_all)
  * blocks move into the cache, every dirty buffer is released, cached
  * blocks past the new end are dropped, and length = committed_len =
  * new_len. On failure nothing (more) changes. f->lock exclusive. */
-int sqz_file_commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
+static int commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra,
+                         int draft)
 {
     SQZ_ASSERT_EXCL(&f->lock);
     sqz_engine *e = f->e;
@@ -257,6 +259,7 @@ int sqz_file_commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
         args[i].c = f->c;
         args[i].f = f;
         args[i].out = &prep[i];
+        args[i].draft = draft;
         jobs[i].fn = prep_job;
         jobs[i].arg = &args[i];
     }
@@ -311,17 +314,36 @@ int sqz_file_commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
     return 0;
 }
 
+int sqz_file_commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
+{
+    return commit_locked(f, new_len, extra, 0);
+}
+
 /* ---- flush / fsync / write-back ---- */
+
+static int flush(sqz_file *f, uint64_t draft_min, uint64_t draft_max)
+{
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
+    int draft = f->length > 0 && f->length >= draft_min && f->length <= draft_max &&
+                f->length <= f->bs;
+    int rc = commit_locked(f, f->length, NULL, draft);
+    if (rc == 0 && draft)
+        atomic_fetch_add(&f->e->st.draft_blocks, 1);
+    int bg = take_bg_err(f);
+    if (rc == 0)
+        rc = bg < 0 ? bg : draft;
+    SQZ_RWUNLOCK(&f->lock);
+    return rc;
+}
 
 int sqz_file_flush(sqz_file *f)
 {
-    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
-    int rc = sqz_file_commit_locked(f, f->length, NULL);
-    int bg = take_bg_err(f);
-    if (rc == 0)
-        rc = bg;
-    SQZ_RWUNLOCK(&f->lock);
-    return rc;
+    return flush(f, 1, 0);
+}
+
+int sqz_file_flush_draft(sqz_file *f, uint64_t min_len, uint64_t max_len)
+{
+    return flush(f, min_len, max_len);
 }
 
 int sqz_file_fsync(sqz_file *f, int datasync)

@@ -38,6 +38,7 @@ typedef struct prep_arg {
     struct sqz_file *f;
     const sqz_cblock *b;
     sqz_prepared *out;
+    int draft;               /* sqz_ctr_prepare_draft (sqz_file_flush_draft) */
     int rc;
 } prep_arg;
 

@@ -101,8 +101,8 @@ static int all_zero(const void *p, size_t n)
     return memcmp(b, zero, n) == 0;
 }
 
-int sqz_ctr_prepare(const sqz_ctr *c, uint64_t idx, const void *data,
-                    sqz_prepared *out)
+static int prepare(const sqz_ctr *c, uint64_t idx, const void *data, int draft,
+                   sqz_prepared *out)
 {
     const sqz_params *p = &c->hdr.params;
     size_t bs = c->bs;
@@ -118,7 +118,8 @@ int sqz_ctr_prepare(const sqz_ctr *c, uint64_t idx, const void *data,
     size_t cap = bs - bs * p->min_saving / 1000;
     ssize_t n = -ENOSPC;
     if (p->alg != SQZ_ALG_NONE && cap > 0)
-        n = sqz_compress(p->alg, p->level, data, bs, st, cap);
+        n = draft ? sqz_compress_draft(p->alg, data, bs, st, cap)
+                  : sqz_compress(p->alg, p->level, data, bs, st, cap);
     if (n == -ENOSPC || n == 0) {
         memcpy(st, data, bs);
         out->kind = SQZ_KIND_RAW;
@@ -136,6 +137,18 @@ int sqz_ctr_prepare(const sqz_ctr *c, uint64_t idx, const void *data,
     out->stored = st;
     out->crc = sqz_checksum(st, out->stored_len);
     return 0;
+}
+
+int sqz_ctr_prepare(const sqz_ctr *c, uint64_t idx, const void *data,
+                    sqz_prepared *out)
+{
+    return prepare(c, idx, data, 0, out);
+}
+
+int sqz_ctr_prepare_draft(const sqz_ctr *c, uint64_t idx, const void *data,
+                          sqz_prepared *out)
+{
+    return prepare(c, idx, data, 1, out);
 }
 
 void sqz_prepared_free(sqz_prepared *p)

@@ -5,6 +5,7 @@
 #include "fuse/content_int.h"
 #include "common/lockorder.h"
 #include "common/fullio.h"
+#include "squeezefs/pack.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,6 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+/* Drafts (docs/FORMAT.md): the close of a handle that created a file
+ * stores it uncompressed, more or less, when packing will compress it
+ * soon. Not below 4 KiB: compressing such a file takes a few
+ * microseconds, and only compressed does its container fit one block of
+ * the backing file system. */
+#define DRAFT_MIN 4096
 
 ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
                          size_t n, uint64_t off, sqz_read_spill *sp,
@@ -152,7 +160,9 @@ ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
          * of them (a `cp` before its close, a journal before its fsync):
          * the FLUSH or FSYNC that follows finds the blocks compressing on
          * another core. A stream's middle WRITEs are full-sized. */
-        if (writepage && r == (ssize_t)n && n < SQZ_MAX_IO)
+        if (writepage && r == (ssize_t)n && n < SQZ_MAX_IO &&
+            !(atomic_load(&h->draft) && off + n >= DRAFT_MIN &&
+              off + n <= SQZ_PACK_MAX_LENGTH))
             sqz_file_hint_flush(in->sf, off + n);
     }
     if (r > 0)
@@ -172,8 +182,15 @@ int sqz_content_flush(struct sqz_fs *fs, struct sqz_handle *h)
         return 0;
     int rc = 0;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    if (in->kind == SQZ_K_CONTAINER && in->sf)
-        rc = sqz_file_flush(in->sf);
+    if (in->kind == SQZ_K_CONTAINER && in->sf) {
+        if (!atomic_load(&h->draft)) {
+            rc = sqz_file_flush(in->sf);
+        } else if ((rc = sqz_file_flush_draft(in->sf, DRAFT_MIN,
+                                              SQZ_PACK_MAX_LENGTH)) > 0) {
+            atomic_store(&in->drafted, 1);
+            rc = 0;
+        }
+    }
     SQZ_RWUNLOCK(&in->io);
     return rc;
 }
@@ -182,6 +199,9 @@ int sqz_content_fsync(struct sqz_fs *fs, struct sqz_handle *h, int datasync)
 {
     (void)fs;
     struct sqz_inode *in = h->inode;
+    /* a file made durable on purpose (a database's) keeps its compression:
+     * no drafts from this handle's closes */
+    atomic_store(&h->draft, 0);
     if (h->plain_fd >= 0) {
         int r = datasync ? fdatasync(h->plain_fd) : fsync(h->plain_fd);
         return r ? -errno : 0;

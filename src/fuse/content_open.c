@@ -245,6 +245,7 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
         if (h->writable) {
             in->writers++;
             sqz_inode_changed(in);
+            atomic_store(&h->draft, sqz_pack_drafts(fs));
         }
         struct sqz_bkey k;
         if (st)

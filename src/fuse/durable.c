@@ -309,6 +309,7 @@ static void *durable_main(void *arg)
             (void)run_batch(fs, 0); /* failures stay queued and retried */
         /* packing waits for a quiet moment: a batch not started by a full
          * queue (a stream of closes is not slowed down by it) */
+        sqz_pack_retry(fs);
         pack_some(fs, queued < SQZ_DURABLE_KICK);
         sqz_pack_gc_run(fs, 0);
         SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
@@ -369,6 +370,7 @@ int sqz_durable_finish(struct sqz_fs *fs)
     stop_thread(d);
     /* final mode requeues nothing, so one batch empties the queue */
     int first = run_batch(fs, 1);
+    sqz_pack_retry(fs);
     while (sqz_pack_pending(fs) > 0)
         ;
     sqz_pack_gc_run(fs, 1);

@@ -94,6 +94,8 @@ struct sqz_inode {
     unsigned writers;    /* open handles that may write (tiering skips) */
     int pack_noted;      /* waiting in the packer's notes (pack_job.c;
                             set and cleared by the durable thread) */
+    atomic_int drafted;  /* a close stored it as a draft (content_io.c):
+                            packing tries it again while it is open */
     atomic_int ptr_dropped; /* a pack pointer was removed (O_TRUNC,
                                truncate to 0): the next fsync makes that
                                durable (content_io.c) */
@@ -147,6 +149,9 @@ struct sqz_handle {
                           * reads it with direct I/O (sqz_content_open) */
     int append;          /* O_APPEND: writes go through sqz_file_append */
     int writable;
+    atomic_int draft;    /* it created the file and never fsync'ed it: its
+                          * close stores a small file as a draft, packing
+                          * compresses it (sqz_content_flush) */
 };
 
 /* One open directory handle. */
@@ -448,6 +453,9 @@ void sqz_packer_free(struct sqz_fs *fs);
 void sqz_packer_stats(struct sqz_fs *fs, uint64_t *packed, uint64_t *failed);
 /* 1 if a closed container c may be packed (cheap: options, length). */
 int sqz_pack_worth(struct sqz_fs *fs, sqz_ctr *c);
+/* 1 if the mount packs small files (so a new one may be stored as a
+ * draft at its close: sqz_content_flush). */
+int sqz_pack_drafts(struct sqz_fs *fs);
 /* Durable thread, io exclusive, after c's durable mark: note in for
  * packing if it may be packed (an open reference until it is tried). */
 void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c);
@@ -455,6 +463,9 @@ void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c);
  * them (takes each one's io in turn). Returns how many notes it took (0:
  * none left, or no memory: they stay). */
 size_t sqz_pack_pending(struct sqz_fs *fs);
+/* Durable thread: note again the drafts that were open when tried (once
+ * per batch, so that one that stays open is not retried in a loop). */
+void sqz_pack_retry(struct sqz_fs *fs);
 /* Notes waiting (any thread). */
 size_t sqz_pack_npending(struct sqz_fs *fs);
 /* Notes from which the durable thread packs even during a stream of

@@ -76,7 +76,8 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"backing_bytes_read\": %" PRIu64 ", \"backing_bytes_written\": %" PRIu64
         ", \"blocks_decompressed\": %" PRIu64 ", \"bytes_decompressed\": %" PRIu64
         ", \"blocks_compressed\": %" PRIu64 ", \"bytes_compressed\": %" PRIu64
-        ", \"raw_blocks_stored\": %" PRIu64 ", \"cache_hits\": %" PRIu64
+        ", \"raw_blocks_stored\": %" PRIu64 ", \"draft_blocks\": %" PRIu64
+        ", \"cache_hits\": %" PRIu64
         ", \"cache_misses\": %" PRIu64 ", \"cache_bytes\": %" PRIu64
         ", \"dirty_bytes\": %" PRIu64 ", \"pushed_blocks\": %" PRIu64
         ", \"pushed_bytes\": %" PRIu64 ", \"push_skipped\": %" PRIu64
@@ -88,7 +89,7 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"killpriv_v2\": %d, \"writeback_cache\": %d%s}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
         s.backing_bytes_written, s.blocks_decompressed, s.bytes_decompressed,
-        s.blocks_compressed, s.bytes_compressed, s.raw_blocks_stored,
+        s.blocks_compressed, s.bytes_compressed, s.raw_blocks_stored, s.draft_blocks,
         s.cache_hits, s.cache_misses, s.cache_bytes, s.dirty_bytes,
         (uint64_t)atomic_load(&fs->push_blocks),
         (uint64_t)atomic_load(&fs->push_bytes),

@@ -62,6 +62,9 @@ struct sqz_packer {
                                 moment, each with an open reference */
     size_t npend, pcap;
     atomic_size_t npend_seen; /* npend, for other threads (stats) */
+    struct sqz_inode **retry; /* drafts that were open when tried: noted
+                                 again by sqz_pack_retry (open references) */
+    size_t nretry, rcap;
     /* statistics (read by other threads) */
     atomic_uint_fast64_t packed, skipped, failed;
 };
@@ -102,6 +105,7 @@ void sqz_packer_free(struct sqz_fs *fs)
         drop(&pk->p[i]);
     free(pk->p);
     free(pk->pend);
+    free(pk->retry);
     free(pk);
     fs->packer = NULL;
 }
@@ -120,12 +124,22 @@ int sqz_pack_worth(struct sqz_fs *fs, sqz_ctr *c)
            len <= sqz_ctr_block_size(c);
 }
 
-/* A candidate from c, the closed container of in (io exclusive). */
+int sqz_pack_drafts(struct sqz_fs *fs)
+{
+    return fs->packer && !atomic_load(&fs->packer->disabled) && fs->opts.pack &&
+           !fs->opts.ro;
+}
+
+/* A candidate from c, the closed container of in (io exclusive). 1: not
+ * now, a draft that is open (tried again later). */
 static int candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
                             sqz_ctr *c, struct sqz_pack_cand **out)
 {
     SQZ_ASSERT_EXCL(&in->io);
     *out = NULL;
+    if (atomic_load(&in->drafted) && sqz_pack_worth(fs, c) &&
+        in->type == S_IFREG && sqz_content_handles_open(in))
+        return 1;
     if (!sqz_pack_worth(fs, c) || in->type != S_IFREG ||
         sqz_content_handles_open(in) || in->sf || in->dctr)
         return 0;
@@ -181,6 +195,22 @@ void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c)
     atomic_store(&pk->npend_seen, pk->npend);
 }
 
+/* Keep in (noted, with the open reference of its note) for the next
+ * sqz_pack_retry. */
+static int retry_later(struct sqz_packer *pk, struct sqz_inode *in)
+{
+    if (pk->nretry == pk->rcap) {
+        size_t nc = pk->rcap ? pk->rcap * 2 : 16;
+        struct sqz_inode **nr = realloc(pk->retry, nc * sizeof(*nr));
+        if (!nr)
+            return -ENOMEM;
+        pk->retry = nr;
+        pk->rcap = nc;
+    }
+    pk->retry[pk->nretry++] = in;
+    return 0;
+}
+
 size_t sqz_pack_pending(struct sqz_fs *fs)
 {
     struct sqz_packer *pk = fs->packer;
@@ -201,6 +231,7 @@ size_t sqz_pack_pending(struct sqz_fs *fs)
     size_t m = 0;
     for (size_t i = 0; i < n; i++) {
         struct sqz_inode *in = v[i];
+        int later = 0;
         SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
         in->pack_noted = 0;
         int fd = sqz_inode_reopen(in, O_RDONLY);
@@ -211,23 +242,49 @@ size_t sqz_pack_pending(struct sqz_fs *fs)
             char label[PATH_MAX];
             sqz_inode_label(fs, in, label, sizeof(label));
             if (sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &ctr) == 0) {
-                if (candidate_locked(fs, in, ctr, &c[m]) == 0 && c[m])
+                int r = candidate_locked(fs, in, ctr, &c[m]);
+                if (r == 0 && c[m])
                     m++;
+                later = r == 1 && retry_later(pk, in) == 0;
+                if (later)
+                    in->pack_noted = 1;
                 sqz_ctr_close(ctr);
             }
         } else if (fd >= 0) {
             close(fd);
         }
         SQZ_RWUNLOCK(&in->io);
+        if (later)
+            v[i] = NULL; /* the retry list keeps its open reference */
     }
     sqz_pack_run(fs, c, m);
     for (size_t i = 0; i < m; i++)
         sqz_pack_cand_free(c[i]);
     free(c);
     for (size_t i = 0; i < n; i++)
-        sqz_inode_open_unref(fs, v[i]);
+        if (v[i])
+            sqz_inode_open_unref(fs, v[i]);
     free(v);
     return n;
+}
+
+void sqz_pack_retry(struct sqz_fs *fs)
+{
+    struct sqz_packer *pk = fs->packer;
+    if (!pk || pk->nretry == 0)
+        return;
+    if (pk->npend + pk->nretry > pk->pcap) {
+        size_t nc = pk->npend + pk->nretry;
+        struct sqz_inode **np = realloc(pk->pend, nc * sizeof(*np));
+        if (!np)
+            return; /* tried again by the next call */
+        pk->pend = np;
+        pk->pcap = nc;
+    }
+    memcpy(pk->pend + pk->npend, pk->retry, pk->nretry * sizeof(*pk->retry));
+    pk->npend += pk->nretry;
+    pk->nretry = 0;
+    atomic_store(&pk->npend_seen, pk->npend);
 }
 
 size_t sqz_pack_pending_max(struct sqz_fs *fs)
@@ -350,6 +407,8 @@ static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
     int oldfd = fcntl(in->fd, F_DUPFD_CLOEXEC, 0);
     if (rc == 0)
         rc = sqz_rc_replace_locked(fs, in, &t, NULL, SQZ_RC_NEED_EXCHANGE);
+    if (rc == 0)
+        atomic_store(&in->drafted, 0);
     struct stat was;
     if (rc == 0 && oldfd >= 0 && fstat(oldfd, &was) == 0 &&
         (was.st_mode != bst.st_mode || was.st_uid != bst.st_uid ||

@@ -282,6 +282,54 @@ static void test_zstd_zero_tail(void)
     free(c2);
 }
 
+/* Drafts (sqz_compress_draft): every algorithm's decode like its normal
+ * output, for text, random data and a zero tail; zstd's is its fastest
+ * mode, about the size of the data (a level-1 frame of the same text is
+ * far smaller), still with the zero tail as RLE blocks. */
+static void test_draft(void)
+{
+    static const size_t heads[] = {1, 3000, 15000, 120000};
+    const size_t n = 131072;
+    unsigned char *blk = malloc(n), *out = malloc(n);
+    size_t cap = 0;
+    for (size_t i = 0; i < SQZ_ALG_COUNT; i++) {
+        size_t b = sqz_compress_bound(sqz_all_algs[i], n);
+        cap = b > cap ? b : cap;
+    }
+    unsigned char *c = malloc(cap), *c1 = malloc(cap);
+    REQUIRE(blk && out && c && c1);
+    for (size_t i = 0; i < SQZ_ALG_COUNT; i++) {
+        sqz_alg a = sqz_all_algs[i];
+        for (size_t hi = 0; hi < sizeof heads / sizeof heads[0]; hi++) {
+            for (int kind = 0; kind <= 2; kind += 2) { /* random, text */
+                size_t head = heads[hi];
+                memcpy(blk, data[kind], head);
+                memset(blk + head, 0, n - head);
+                ssize_t z = sqz_compress_draft(a, blk, n, c, cap);
+                CHECK(z > 0);
+                if (z <= 0)
+                    continue;
+                CHECK_EQ_INT(sqz_decompress(a, c, (size_t)z, out, n), (ssize_t)n);
+                CHECK(memcmp(out, blk, n) == 0);
+                if (a != SQZ_ALG_ZSTD || kind != 2 || head < 3000)
+                    continue;
+                ssize_t z1 = sqz_compress(a, 1, blk, n, c1, cap);
+                CHECK(z1 > 0 && z1 < (ssize_t)head * 3 / 4);
+                CHECK(z >= (ssize_t)head * 9 / 10 && z <= (ssize_t)head + 64);
+                CHECK((c[z - 4] & 7) == 3 && c[z - 1] == 0); /* RLE tail */
+            }
+        }
+    }
+    /* a draft too large for cap is -ENOSPC, as for sqz_compress */
+    memcpy(blk, data[0], n);
+    CHECK_EQ_INT(sqz_compress_draft(SQZ_ALG_ZSTD, blk, n, c, n / 2), -ENOSPC);
+    CHECK_EQ_INT(sqz_compress_draft((sqz_alg)99, blk, n, c, cap), -EINVAL);
+    free(blk);
+    free(out);
+    free(c);
+    free(c1);
+}
+
 static void test_compress_ratio_sanity(void)
 {
     /* Every real codec must actually shrink zeros and text. */
@@ -732,6 +780,7 @@ int main(void)
     test_qipc_hostile();
     test_threads();
     test_zstd_zero_tail();
+    test_draft();
     test_roundtrip();
     for (int k = 0; k < NKINDS; k++)
         free(data[k]);

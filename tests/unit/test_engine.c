@@ -1284,6 +1284,56 @@ static void test_hint_flush(void)
     unlink(path);
 }
 
+/* sqz_file_flush_draft: a file within its first block and max_len is
+ * stored as a draft (zstd's fastest mode: about its own size) and reads
+ * back the same; a file longer than max_len or than one block, and
+ * sqz_file_flush, are compressed as usual. */
+static void test_flush_draft(void)
+{
+    char path[4096];
+    path_of(path, sizeof path, "draft");
+    sqz_engine_opts o = {.threads = 1, .dirty_expire_ms = 60000};
+    sqz_engine *e;
+    REQUIRE(sqz_engine_new(&o, &e) == 0);
+    sqz_file *f = create_file(e, path, SQZ_ALG_ZSTD, 17);
+    static unsigned char d[300000];
+    sqz_test_fill(d, sizeof d, 2, 5);
+    sqz_stats s0, s1;
+    sqz_engine_stats(e, &s0);
+    CHECK_EQ_INT(sqz_file_write(f, d, 20000, 0), 20000);
+    CHECK_EQ_INT(sqz_file_flush_draft(f, 1, 10000), 0); /* longer than max_len */
+    sqz_engine_stats(e, &s1);
+    CHECK_EQ_INT(s1.draft_blocks - s0.draft_blocks, 0);
+    CHECK(s1.backing_bytes_written - s0.backing_bytes_written < 10000);
+    s0 = s1;
+    CHECK_EQ_INT(sqz_file_write(f, d + 1, 20000, 0), 20000);
+    CHECK_EQ_INT(sqz_file_flush(f), 0);
+    sqz_engine_stats(e, &s1);
+    CHECK_EQ_INT(s1.draft_blocks - s0.draft_blocks, 0);
+    s0 = s1;
+    CHECK_EQ_INT(sqz_file_write(f, d, 20000, 0), 20000);
+    CHECK_EQ_INT(sqz_file_flush_draft(f, 30000, 131072), 0); /* shorter than min */
+    sqz_engine_stats(e, &s1);
+    CHECK_EQ_INT(s1.draft_blocks - s0.draft_blocks, 0);
+    s0 = s1;
+    CHECK_EQ_INT(sqz_file_write(f, d, 20000, 0), 20000);
+    CHECK_EQ_INT(sqz_file_flush_draft(f, 4096, 131072), 1);
+    sqz_engine_stats(e, &s1);
+    CHECK_EQ_INT(s1.draft_blocks - s0.draft_blocks, 1);
+    uint64_t w = s1.backing_bytes_written - s0.backing_bytes_written;
+    CHECK(w >= 18000 && w <= 20100);
+    CHECK(backing_equals(path, d, 20000));
+    s0 = s1;
+    CHECK_EQ_INT(sqz_file_write(f, d, 200000, 0), 200000); /* two blocks */
+    CHECK_EQ_INT(sqz_file_flush_draft(f, 1, 1u << 20), 0);
+    sqz_engine_stats(e, &s1);
+    CHECK_EQ_INT(s1.draft_blocks - s0.draft_blocks, 0);
+    CHECK(backing_equals(path, d, 200000));
+    CHECK_EQ_INT(sqz_file_close(f), 0);
+    sqz_engine_free(e);
+    unlink(path);
+}
+
 /* A commit that fails at the global dirty bound after the write itself
  * succeeded is not dropped: the next fsync reports it even though the
  * failure was transient (the retried commit succeeds). Two files: A holds
@@ -1423,6 +1473,7 @@ int main(void)
     test_flusher();
     test_write_overlap();
     test_hint_flush();
+    test_flush_draft();
     test_bound_commit_error_surfaces();
     test_read_spill();
 
