@@ -157,6 +157,41 @@ def test_enospc(mount_factory, small_tmpfs):
     assert v.returncode == 0, v.stdout + v.stderr
 
 
+def test_enospc_draft_falls_back_to_compression(mount_factory, small_tmpfs):
+    """A new small file is stored as a draft at its close, about its own
+    size (docs/FORMAT.md, "Drafts"); where only its compressed form fits,
+    the close compresses it instead of failing."""
+    backing = small_tmpfs / "backing"
+    m = mount_factory(backing=backing)
+    data = text_data(120_000, 3)                     # ~20 KB compressed
+    # leave about 48 KiB free: the compressed file fits, its draft does not
+    st = os.statvfs(backing)
+    free = st.f_bavail * st.f_frsize
+    with open(backing / "ballast", "wb") as f:
+        f.write(b"\xff" * (free - (48 << 10)))
+    s0 = json_stats(m.mnt)
+    with open(m.path("small"), "wb") as f:
+        f.write(data)                                # the close must succeed
+    s1 = json_stats(m.mnt)
+    assert s1["draft_blocks"] == s0["draft_blocks"], (s0, s1)
+    assert open(m.path("small"), "rb").read() == data
+    os.unlink(backing / "ballast")
+    # with room again, the next new file is a draft
+    with open(m.path("small2"), "wb") as f:
+        f.write(data)
+    assert json_stats(m.mnt)["draft_blocks"] == s1["draft_blocks"] + 1
+    assert m.unmount() == 0, m.log()[-3000:]
+    m2 = mount_factory(backing=backing)
+    assert open(m2.path("small"), "rb").read() == data
+    assert open(m2.path("small2"), "rb").read() == data
+    assert m2.unmount() == 0
+
+
+def json_stats(mnt):
+    import json
+    return json.loads(run_cli("stats", "--json", mnt).stdout)
+
+
 @pytest.fixture(scope="module")
 def fault_shim(tmp_path_factory):
     cc = shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")

@@ -137,6 +137,7 @@ int sqz_file_flush(sqz_file *f);
  * draft (sqz_ctr_prepare_draft: the fastest mode of the container's
  * algorithm), so the commit costs little more than the write. Blocks
  * already compressing (sqz_file_hint_flush) keep their compression.
+ * A draft that finds no room (-ENOSPC) is compressed after all.
  * Returns 1 if it stored a draft, 0 if not, or -errno. */
 int sqz_file_flush_draft(sqz_file *f, uint64_t min_len, uint64_t max_len);
 /* A hint that a flush is likely next: the caller wrote up to `end` the

@@ -324,9 +324,15 @@ int sqz_file_commit_locked(sqz_file *f, uint64_t new_len, sqz_cblock *extra)
 static int flush(sqz_file *f, uint64_t draft_min, uint64_t draft_max)
 {
     SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
-    int draft = f->length > 0 && f->length >= draft_min && f->length <= draft_max &&
-                f->length <= f->bs;
+    int draft = f->ndirty > 0 && f->length > 0 && f->length >= draft_min &&
+                f->length <= draft_max && f->length <= f->bs;
     int rc = commit_locked(f, f->length, NULL, draft);
+    if (rc == -ENOSPC && draft) {
+        /* the backing file system has room for the compressed block only
+         * (a failed commit changed nothing) */
+        draft = 0;
+        rc = commit_locked(f, f->length, NULL, 0);
+    }
     if (rc == 0 && draft)
         atomic_fetch_add(&f->e->st.draft_blocks, 1);
     int bg = take_bg_err(f);

@@ -1318,6 +1318,7 @@ static void test_flush_draft(void)
     s0 = s1;
     CHECK_EQ_INT(sqz_file_write(f, d, 20000, 0), 20000);
     CHECK_EQ_INT(sqz_file_flush_draft(f, 4096, 131072), 1);
+    CHECK_EQ_INT(sqz_file_flush_draft(f, 4096, 131072), 0); /* nothing dirty */
     sqz_engine_stats(e, &s1);
     CHECK_EQ_INT(s1.draft_blocks - s0.draft_blocks, 1);
     uint64_t w = s1.backing_bytes_written - s0.backing_bytes_written;
