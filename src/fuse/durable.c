@@ -110,16 +110,7 @@ static void put_back_times(struct sqz_inode *in, int fd, const struct stat *b)
 static int requeue_locked(struct sqz_durable *d, struct sqz_inode *in)
 {
     SQZ_ASSERT_EXCL(&d->mu);
-    if (d->n == d->cap) {
-        size_t nc = d->cap ? d->cap * 2 : 64;
-        struct sqz_inode **nq = realloc(d->q, nc * sizeof(*nq));
-        if (!nq)
-            return -ENOMEM;
-        d->q = nq;
-        d->cap = nc;
-    }
-    d->q[d->n++] = in;
-    return 0;
+    return sqz_inodes_push(&d->q, &d->n, &d->cap, 64, in);
 }
 
 /* Make one batch durable. final: unmount (flush the marks too). Returns

@@ -17,9 +17,11 @@
 #include <fuse_lowlevel.h>
 
 #include <dirent.h>
+#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -562,6 +564,23 @@ void sqz_writer_unlock(struct sqz_fs *fs);
 /* Rewrite a regular file under spec (crash-safe temp + rename). */
 int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
                    const sqz_spec *spec);
+/* Append in to a growable array of inodes (*n used of *cap; the first
+ * allocation holds `first`). 0, or -ENOMEM with nothing changed. */
+static inline int sqz_inodes_push(struct sqz_inode ***v, size_t *n, size_t *cap,
+                                  size_t first, struct sqz_inode *in)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : first;
+        struct sqz_inode **nv = realloc(*v, nc * sizeof(**v));
+        if (!nv)
+            return -ENOMEM;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = in;
+    return 0;
+}
+
 /* The content of in changed or may change (a write, an open for writing). */
 static inline void sqz_inode_changed(struct sqz_inode *in)
 {

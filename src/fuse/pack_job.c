@@ -181,17 +181,10 @@ void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c)
     struct sqz_packer *pk = fs->packer;
     if (!pk || in->pack_noted || !sqz_pack_worth(fs, c))
         return;
-    if (pk->npend == pk->pcap) {
-        size_t nc = pk->pcap ? pk->pcap * 2 : 256;
-        struct sqz_inode **np = realloc(pk->pend, nc * sizeof(*np));
-        if (!np)
-            return; /* not packed now: the next close tries again */
-        pk->pend = np;
-        pk->pcap = nc;
-    }
+    if (sqz_inodes_push(&pk->pend, &pk->npend, &pk->pcap, 256, in) < 0)
+        return; /* not packed now: the next close tries again */
     sqz_inode_open_ref(fs, in);
     in->pack_noted = 1;
-    pk->pend[pk->npend++] = in;
     atomic_store(&pk->npend_seen, pk->npend);
 }
 
@@ -199,16 +192,7 @@ void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c)
  * sqz_pack_retry. */
 static int retry_later(struct sqz_packer *pk, struct sqz_inode *in)
 {
-    if (pk->nretry == pk->rcap) {
-        size_t nc = pk->rcap ? pk->rcap * 2 : 16;
-        struct sqz_inode **nr = realloc(pk->retry, nc * sizeof(*nr));
-        if (!nr)
-            return -ENOMEM;
-        pk->retry = nr;
-        pk->rcap = nc;
-    }
-    pk->retry[pk->nretry++] = in;
-    return 0;
+    return sqz_inodes_push(&pk->retry, &pk->nretry, &pk->rcap, 16, in);
 }
 
 size_t sqz_pack_pending(struct sqz_fs *fs)
