@@ -116,18 +116,17 @@ void sqz_packer_stats(struct sqz_fs *fs, uint64_t *packed, uint64_t *failed)
     *failed = fs->packer ? atomic_load(&fs->packer->failed) : 0;
 }
 
-int sqz_pack_worth(struct sqz_fs *fs, sqz_ctr *c)
-{
-    uint64_t len = sqz_ctr_length(c);
-    return fs->packer && !atomic_load(&fs->packer->disabled) && fs->opts.pack &&
-           !fs->opts.ro && len > 0 && len <= SQZ_PACK_MAX_LENGTH &&
-           len <= sqz_ctr_block_size(c);
-}
-
 int sqz_pack_drafts(struct sqz_fs *fs)
 {
     return fs->packer && !atomic_load(&fs->packer->disabled) && fs->opts.pack &&
            !fs->opts.ro;
+}
+
+int sqz_pack_worth(struct sqz_fs *fs, sqz_ctr *c)
+{
+    uint64_t len = sqz_ctr_length(c);
+    return sqz_pack_drafts(fs) && len > 0 && len <= SQZ_PACK_MAX_LENGTH &&
+           len <= sqz_ctr_block_size(c);
 }
 
 /* A candidate from c, the closed container of in (io exclusive). 1: not
