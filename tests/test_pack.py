@@ -623,6 +623,69 @@ def test_files_of_many_directories_are_packed(mount_factory):
     assert not left, (left, m.log()[-1000:])
 
 
+def test_times_set_before_the_close_keep_the_draft(mount_factory):
+    """Times set on a file whose data is not committed yet (utime(2) before
+    close(2), or the SETATTR of the mtime that the kernel's writeback
+    cache sends before the FLUSH of a file written a clock tick after its
+    creation) are kept and put back after the data's commit instead of
+    committing there: a new small file still becomes a draft. stat shows
+    the set times at once, after the close, after packing and after a
+    remount; a write after them moves the mtime on again."""
+    text = b"".join(b"%06d a small file whose times are set\n" % i
+                    for i in range(600))          # 24,000 bytes of text
+    A, M = 1_000_000_000 * 1_500_000_000, 1_000_000_000 * 1_600_000_000 + 123
+    m = mount_factory()
+    s0 = mount_stats(m.mnt)
+    fd = os.open(m.path("f"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, text)
+        os.utime(fd, ns=(A, M))
+        assert os.fstat(fd).st_mtime_ns == M
+    finally:
+        os.close(fd)
+    s1 = mount_stats(m.mnt)
+    assert s1["draft_blocks"] - s0["draft_blocks"] == 1, (s0, s1)
+    st = os.stat(m.path("f"))
+    assert (st.st_atime_ns, st.st_mtime_ns) == (A, M)
+    assert os.stat(os.path.join(m.backing, "f")).st_mtime_ns == M
+    assert wait_states(m.backing, {"f": "packed"}) == {"f": "packed"}
+    assert os.stat(m.path("f")).st_mtime_ns == M
+    assert m.unmount() == 0, m.log()
+    m = mount_factory(backing=m.backing, name="again")
+    assert os.stat(m.path("f")).st_mtime_ns == M
+    assert rd(m.path("f")) == text
+    assert m.unmount() == 0, m.log()
+
+    # without the writeback cache the data is in the daemon, uncommitted,
+    # when the times are set
+    n = mount_factory(options=["nowriteback"], name="nowb")
+    fd = os.open(n.path("g"), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, text)
+        os.utime(fd, ns=(A, M))
+        assert os.fstat(fd).st_mtime_ns == M
+        assert os.pread(fd, len(text) + 1, 0) == text
+    finally:
+        os.close(fd)
+    assert os.stat(n.path("g")).st_mtime_ns == M
+    # set again, then written: the write's time wins
+    fd = os.open(n.path("g"), os.O_RDWR)
+    try:
+        os.utime(fd, ns=(A, M))
+        before = time.time_ns()
+        os.pwrite(fd, b"later", 0)
+        assert os.fstat(fd).st_mtime_ns >= before - 10_000_000
+    finally:
+        os.close(fd)
+    assert os.stat(n.path("g")).st_mtime_ns >= before - 10_000_000
+    assert rd(n.path("g")) == b"later" + text[5:]
+    assert n.unmount() == 0, n.log()
+    n = mount_factory(backing=n.backing, name="nowb2")
+    assert os.stat(n.path("g")).st_mtime_ns >= before - 10_000_000
+    assert rd(n.path("g")) == b"later" + text[5:]
+    assert n.unmount() == 0, n.log()
+
+
 def test_new_small_file_is_a_draft_until_packed(mount_factory):
     """A small file created and closed without an fsync is stored as a
     draft (zstd's fastest mode, about its own size: a `cp -r` does not

@@ -236,7 +236,8 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
         SQZ_RWUNLOCK(&in->io);
         return; /* show the backing figures */
     }
-    if (kind == SQZ_K_CONTAINER && in->sf)
+    int open_sf = kind == SQZ_K_CONTAINER && in->sf;
+    if (open_sf)
         dirty = sqz_file_dirty(in->sf);
     SQZ_RWUNLOCK(&in->io);
 
@@ -250,12 +251,17 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
     }
     if (len > 0 && st->st_blocks == 0)
         st->st_blocks = 8;
-    if (dirty) {
+    if (open_sf) {
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-        if (in->wtime_set &&
-            (in->wtime.tv_sec > st->st_mtim.tv_sec ||
-             (in->wtime.tv_sec == st->st_mtim.tv_sec &&
-              in->wtime.tv_nsec > st->st_mtim.tv_nsec))) {
+        if (in->utimes_kept) {
+            /* times set after the last write: the backing file has them
+             * again after the commit of that write's data (content_io.c) */
+            st->st_atim = in->utimes[0];
+            st->st_mtim = in->utimes[1];
+        } else if (dirty && in->wtime_set &&
+                   (in->wtime.tv_sec > st->st_mtim.tv_sec ||
+                    (in->wtime.tv_sec == st->st_mtim.tv_sec &&
+                     in->wtime.tv_nsec > st->st_mtim.tv_nsec))) {
             st->st_mtim = in->wtime;
             st->st_ctim = in->wtime;
         }

@@ -385,8 +385,6 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
 /* truncate(2) by inode (with or without a handle). */
 int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
                          uint64_t size);
-/* Commit dirty data of an open sf (before utimens / stat). */
-int sqz_content_commit(struct sqz_fs *fs, struct sqz_inode *in);
 /* Container figures (commits first). -ENODATA if not a container. */
 int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
                          struct sqz_ctr_stat *st);

@@ -181,10 +181,14 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
         else if (to_set & FUSE_SET_ATTR_MTIME)
             tv[1] = attr->st_mtim;
         if (in->type == S_IFREG) {
-            /* Pending data would overwrite the new mtime when committed. */
-            rc = sqz_content_commit(fs, in);
-            if (rc)
-                goto out;
+            /* Pending data is not committed here: the times are kept
+             * (sqz_content_keep_times below) and put back on the backing
+             * file after the commit that writes the data (FLUSH, fsync,
+             * the last close), and shown until then (fix_stat). The
+             * kernel's writeback cache sends such a SETATTR before the
+             * FLUSH of every file whose write came a clock tick after its
+             * creation: committing here took the small file's draft away
+             * and cost a full compression on the path of its close. */
             SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
             in->wtime_set = 0;
             SQZ_MUTEX_UNLOCK(&in->meta);
