@@ -173,6 +173,31 @@ def test_policy_set_on_backing_is_seen_within_the_timeout(mnt):
     assert params(os.path.join(d, "b")) == ("snappy", 0, 13)
 
 
+def test_new_directory_takes_its_parents_chain(mnt):
+    # a directory made through the mount takes its parent's cached chain
+    # (no walk at its first create, newfile_policy.c) with the parent's
+    # walk time: what is set on BACKING behind the mount's back is still
+    # seen a second later, and what is set through the mount at once
+    d = mnt.path("d")
+    os.mkdir(d)
+    setpol(d, "lz4/16K")
+    wr(os.path.join(d, "a"), text(40 * KiB))        # walks d's chain
+    sub = os.path.join(d, "sub")
+    os.mkdir(sub)                                   # takes d's
+    wr(os.path.join(sub, "b"), text(40 * KiB))
+    assert params(os.path.join(sub, "b")) == ("lz4", 0, 14)
+    setpol(os.path.join(mnt.backing, "d", "sub"), "snappy/8K")
+    time.sleep(1.2)
+    wr(os.path.join(sub, "c"), text(40 * KiB))
+    assert params(os.path.join(sub, "c")) == ("snappy", 0, 13)
+    os.mkdir(os.path.join(sub, "deeper"))           # takes sub's
+    setpol(sub, "zstd:3/32K")
+    wr(os.path.join(sub, "deeper", "e"), text(40 * KiB))
+    assert params(os.path.join(sub, "deeper", "e")) == ("zstd", 3, 15)
+    for name in ("a", "sub/b", "sub/c", "sub/deeper/e"):
+        assert rd(os.path.join(d, name)) == text(40 * KiB)
+
+
 # ---------------------------------------------------------------- reporting
 
 def test_effective_xattr_and_policy_get(mnt):

@@ -367,6 +367,10 @@ int sqz_resolve_new(struct sqz_fs *fs, struct sqz_inode *dir,
 /* After a policy xattr was set or removed, or a directory renamed,
  * through the mount: cached chains are walked again. */
 void sqz_policy_changed(struct sqz_fs *fs);
+/* dir was just made in parent through the mount (no policy xattr of its
+ * own): it takes parent's cached chain, if parent has a valid one. */
+void sqz_policy_seed_dir(struct sqz_fs *fs, struct sqz_inode *parent,
+                         struct sqz_inode *dir);
 
 /* ---- content_io.c: data I/O ---- */
 /* Read/write through a handle (locks io shared; materialises PENDING).

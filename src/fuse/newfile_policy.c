@@ -14,6 +14,9 @@
  *   - it is younger than the entry timeout (fs->timeout): a policy set on
  *     BACKING behind the mount's back is seen by files created a second
  *     later, as a name created there is.
+ * A directory made through the mount has no policy xattr of its own: it
+ * takes its parent's cached chain, with the parent's walk time
+ * (sqz_policy_seed_dir), so a copied tree walks no new directory.
  * The rule file is matched against the new file's path as before. */
 #include "fuse/content_int.h"
 #include "common/lockorder.h"
@@ -49,9 +52,10 @@ void sqz_policy_changed(struct sqz_fs *fs)
     atomic_fetch_add(&fs->policy_gen, 1);
 }
 
-/* The cached chain of dir, if still valid: 1 and *out, else 0. */
+/* The cached chain of dir, if still valid: 1, *out and the time of its
+ * walk, else 0. */
 static int cached(struct sqz_fs *fs, struct sqz_inode *dir, uint64_t gen,
-                  sqz_policy_found *out)
+                  sqz_policy_found *out, struct timespec *at)
 {
     int hit = 0;
     SQZ_MUTEX_LOCK(&dir->meta, SQZ_RANK_META);
@@ -60,6 +64,7 @@ static int cached(struct sqz_fs *fs, struct sqz_inode *dir, uint64_t gen,
         double age = seconds_between(d->at, now_coarse());
         if (age >= 0 && age < fs->timeout) {
             *out = d->found;
+            *at = d->at;
             hit = 1;
         }
     }
@@ -81,6 +86,18 @@ static void remember(struct sqz_inode *dir, uint64_t gen,
     SQZ_MUTEX_UNLOCK(&dir->meta);
 }
 
+void sqz_policy_seed_dir(struct sqz_fs *fs, struct sqz_inode *parent,
+                         struct sqz_inode *dir)
+{
+    if (dir == parent)
+        return;
+    uint64_t gen = atomic_load(&fs->policy_gen);
+    sqz_policy_found f;
+    struct timespec at;
+    if (cached(fs, parent, gen, &f, &at)) /* expires with the parent's */
+        remember(dir, gen, at, &f);
+}
+
 static int child_path(const char *dir, const char *name, char *buf, size_t n)
 {
     int w = snprintf(buf, n, "%s%s%s", dir, dir[0] ? "/" : "", name);
@@ -94,8 +111,9 @@ int sqz_resolve_new(struct sqz_fs *fs, struct sqz_inode *dir,
     int have_rel = 0, rc;
     sqz_policy_found f;
     uint64_t gen = atomic_load(&fs->policy_gen);
-    if (!cached(fs, dir, gen, &f)) {
-        struct timespec at = now_coarse();
+    struct timespec at;
+    if (!cached(fs, dir, gen, &f, &at)) {
+        at = now_coarse();
         rc = sqz_inode_relpath(fs, dir, rel, sizeof(rel));
         if (rc)
             return rc;

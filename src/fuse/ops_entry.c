@@ -34,6 +34,8 @@ static void reply_new_entry(fuse_req_t req, struct sqz_fs *fs,
         fuse_reply_err(req, -rc);
         return;
     }
+    if (S_ISDIR(e.attr.st_mode)) /* made by op_mkdir */
+        sqz_policy_seed_dir(fs, p, sqz_inode_of(fs, e.ino));
     if (fuse_reply_entry(req, &e) != 0)
         sqz_inode_forget(fs, sqz_inode_of(fs, e.ino), 1);
 }
