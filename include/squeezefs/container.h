@@ -154,6 +154,10 @@ const sqz_params *sqz_ctr_params(const sqz_ctr *c);
 uint64_t sqz_ctr_length(sqz_ctr *c);
 int sqz_ctr_fd(const sqz_ctr *c); /* for fstat/fchmod/xattrs by the owner */
 int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st);
+/* The stored bytes of c's live blocks and of those no longer referenced
+ * (sqz_ctr_stat's compressed_bytes and dead_bytes), without the backing
+ * file's figures: no system call. */
+void sqz_ctr_space(sqz_ctr *c, uint64_t *live, uint64_t *dead);
 
 /* ---- block level (what the engine uses) ---- */
 size_t sqz_ctr_block_size(const sqz_ctr *c);

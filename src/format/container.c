@@ -414,6 +414,14 @@ int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st)
     return r;
 }
 
+void sqz_ctr_space(sqz_ctr *c, uint64_t *live, uint64_t *dead)
+{
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
+    *live = c->st.ix.stored_bytes;
+    *dead = c->st.dead_bytes;
+    SQZ_RWUNLOCK(&c->lock);
+}
+
 int sqz_ctr_marked_length_fd(int fd, uint64_t *length)
 {
     int found = 0;

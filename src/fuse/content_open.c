@@ -274,10 +274,9 @@ static void reclaim_if_wasteful(struct sqz_fs *fs, struct sqz_inode *in)
     SQZ_ASSERT_EXCL(&in->io);
     if (sqz_file_flush(in->sf) != 0)
         return; /* the close reports the error */
-    struct sqz_ctr_stat st;
-    if (sqz_file_stat(in->sf, &st) != 0)
-        return;
-    if (st.dead_bytes < RECLAIM_MIN_DEAD || st.dead_bytes < st.compressed_bytes)
+    uint64_t live, dead;
+    sqz_ctr_space(sqz_file_ctr(in->sf), &live, &dead);
+    if (dead < RECLAIM_MIN_DEAD || dead < live)
         return;
     int rc = sqz_ctr_checkpoint(sqz_file_ctr(in->sf));
     if (rc) {
@@ -320,13 +319,18 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
             rc = sqz_content_close_sf(fs, in);
             sqz_content_restore_times(in);
             struct stat bst;
+            int have_bst = rc == 0 && sqz_backing_stat(in, &bst) == 0;
             /* a lazily created container that never committed (its data
              * truncated away first) left a 0-byte backing file: that is an
              * empty plain file, not a container */
-            if (rc == 0 && sqz_backing_stat(in, &bst) == 0 && bst.st_size > 0)
+            if (have_bst && bst.st_size > 0)
                 sqz_content_probe_store(in, &bst, SQZ_K_CONTAINER, len);
             else
                 sqz_content_invalidate(in);
+            if (have_bst && !have_vk) { /* io held: still the version */
+                sqz_bkey_of(&bst, &vk);
+                have_vk = 1;
+            }
         }
     }
     if (in->sf_users == 0 && in->create_fd >= 0) {
