@@ -329,6 +329,14 @@ int sqz_inode_reopen(struct sqz_inode *in, int flags)
     return fd < 0 ? -errno : fd;
 }
 
+int sqz_inode_reopen_unseen(struct sqz_inode *in)
+{
+    int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
+    if (fd == -EPERM) /* O_NOATIME: owner or CAP_FOWNER only */
+        fd = sqz_inode_reopen(in, O_RDONLY);
+    return fd;
+}
+
 /* Label for log lines: the path inside the mount. */
 void sqz_inode_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
                      size_t n)
