@@ -151,8 +151,6 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         if ((flags & O_TRUNC) && writable)
             pf |= O_TRUNC;
         int fd = sqz_inode_reopen(in, pf);
-        if (fd < 0 && (pf & O_NOATIME)) /* EPERM for non-owners */
-            fd = sqz_inode_reopen(in, pf & ~O_NOATIME);
         if (fd < 0) {
             rc = fd;
             goto out;

@@ -275,12 +275,12 @@ int sqz_name_hidden(const char *name);
 int sqz_name_errno(const char *name, int hidden_errno);
 /* Raw backing stat. */
 int sqz_backing_stat(struct sqz_inode *in, struct stat *st);
-/* Open the backing file of a regular inode for I/O ("/proc/self/fd"). */
+/* Open the backing file of a regular inode for I/O ("/proc/self/fd").
+ * O_NOATIME is dropped where it is not allowed (EPERM: not the file's
+ * owner, no CAP_FOWNER). The daemon's own reading of a file it rewrites
+ * (packing, recompress, tiering) passes it, so as not to change the
+ * file's access time. */
 int sqz_inode_reopen(struct sqz_inode *in, int flags);
-/* The same, read-only, for the daemon's own reading of a file (packing,
- * recompress, tiering): O_NOATIME where allowed, so that it does not
- * change the file's access time. */
-int sqz_inode_reopen_unseen(struct sqz_inode *in);
 /* Label for log lines: the path inside the mount, else "(inode N)". */
 void sqz_inode_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
                      size_t n);

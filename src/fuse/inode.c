@@ -326,15 +326,9 @@ int sqz_inode_reopen(struct sqz_inode *in, int flags)
     char pp[64];
     sqz_proc_path(in->fd, pp, sizeof(pp));
     int fd = open(pp, flags | O_CLOEXEC);
+    if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) /* not the owner */
+        fd = open(pp, (flags & ~O_NOATIME) | O_CLOEXEC);
     return fd < 0 ? -errno : fd;
-}
-
-int sqz_inode_reopen_unseen(struct sqz_inode *in)
-{
-    int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
-    if (fd == -EPERM) /* O_NOATIME: owner or CAP_FOWNER only */
-        fd = sqz_inode_reopen(in, O_RDONLY);
-    return fd;
 }
 
 /* Label for log lines: the path inside the mount. */

@@ -217,7 +217,7 @@ size_t sqz_pack_pending(struct sqz_fs *fs)
         int later = 0;
         SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
         in->pack_noted = 0;
-        int fd = sqz_inode_reopen_unseen(in);
+        int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
         sqz_ctr *ctr = NULL;
         /* (a file changed meanwhile, packed, emptied or damaged, is no
          * container of its own any more, or not a candidate) */

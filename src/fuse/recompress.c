@@ -188,7 +188,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
         src.sf = in->sf;
         len = sqz_file_length(in->sf);
     } else {
-        int fd = sqz_inode_reopen_unseen(in);
+        int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
         if (fd < 0) {
             rc = fd;
             goto out;

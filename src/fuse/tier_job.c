@@ -362,7 +362,7 @@ static int prepare_locked(struct sqz_fs *fs, struct sqz_inode *in, struct copy *
     c->gen0 = atomic_load_explicit(&in->wgen, memory_order_acquire);
     char label[PATH_MAX];
     sqz_inode_label(fs, in, label, sizeof(label));
-    int fd = sqz_inode_reopen_unseen(in);
+    int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
     if (fd < 0)
         return fd;
     if (kind == SQZ_K_CONTAINER) {
