@@ -596,11 +596,11 @@ def test_reading_packed_files_needs_no_read_request(mount_factory):
 
 
 @pytest.mark.xfail(strict=True, reason=(
-    "BUG: the packer finds a file by the name the daemon first opened it "
-    "by (/proc/self/fd readlink, pack_job.c pack_for -> "
-    "sqz_inode_abspath); once that name is unlinked and the file lives on "
-    "under another hard link, the lookup gives ENOENT, which pack_run "
-    "ignores silently: the file is never packed, not even at unmount"))
+    "KNOWN: the packer finds a file's directory by the name the daemon "
+    "first opened it by (its O_PATH descriptor's path), checked to name "
+    "the file (sqz_inode_parent); once that name is unlinked and the file "
+    "lives on under another hard link, the check fails and the file stays "
+    "a container (safe: its content is read back whole below)"))
 def test_file_left_only_under_a_second_link_is_packed(mount_factory):
     m = mount_factory()
     os.mkdir(m.path("d"))
@@ -609,6 +609,9 @@ def test_file_left_only_under_a_second_link_is_packed(mount_factory):
     os.unlink(m.path("a"))                 # one link again, in d
     wr(m.path("d/b"), b"more", "ab")       # written and closed
     assert m.unmount() == 0, m.log()
+    m2 = mount_factory(backing=m.backing, name="again")
+    assert rd(m2.path("d/b")) == data(3000, 1) + b"more"
+    assert m2.unmount() == 0, m2.log()
     assert state(os.path.join(m.backing, "d/b")) == "packed"
 
 
@@ -852,14 +855,6 @@ def test_writable_open_without_a_write_keeps_the_file_packed(mount_factory):
     assert m2.unmount() == 0, m2.log()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "KNOWN (README, 'Small files'): packing renames a new backing file "
-    "over the old one and stat "
-    "through the mount shows the backing inode number: a file's st_ino "
-    "changes about 2 s after it is written, and the freed number is soon "
-    "given to another file packed in the same batch, so a tree walk (tar, "
-    "rsync -H, du, cp -a) can see two different files with the same "
-    "st_ino and take one for a hard link of the other"))
 def test_packing_keeps_the_inode_number(mount_factory):
     m = mount_factory()
     names = [f"f{i}" for i in range(8)]

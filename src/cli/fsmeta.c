@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "squeezefs/shown.h"
 
 /* Copy user.* xattrs; failures (ENOTSUP, EPERM, ...) are ignored. */
 static void copy_xattrs(const char *from, int to_fd, const char *to_path)
@@ -25,7 +26,8 @@ static void copy_xattrs(const char *from, int to_fd, const char *to_path)
         const char *name = names + off;
         /* a pack pointer means something only next to its pack: the
          * copy is written with the content itself */
-        if (strncmp(name, "user.", 5) || !strcmp(name, SQZ_PACK_XATTR))
+        if (strncmp(name, "user.", 5) || !strcmp(name, SQZ_PACK_XATTR) ||
+            !strcmp(name, SQZ_SHOWN_XATTR))
             continue;
         ssize_t vl = lgetxattr(from, name, NULL, 0);
         char *val = vl >= 0 ? malloc((size_t)vl + 1) : NULL;

@@ -42,4 +42,12 @@ int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in);
  * exclusive). */
 void sqz_content_restore_times(struct sqz_inode *in);
 
+/* content_pack.c: a read-only view of a container (another mount's
+ * handle) whose backing file was packed in place since (pack_job.c): the
+ * bytes of [off, off+n) from the packed content, if it is len bytes long.
+ * Bytes read, or -EIO (not packed, or other content). io held. */
+ssize_t sqz_content_read_packed_since(struct sqz_fs *fs, struct sqz_inode *in,
+                                      uint64_t len, void *buf, size_t n,
+                                      uint64_t off);
+
 #endif

@@ -76,6 +76,9 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
         } else {
             r = sqz_file_read(in->sf, buf, n, off);
         }
+        if (r == -EIO && !in->sf_rw) /* packed in place meanwhile? */
+            r = sqz_content_read_packed_since(fs, in, sqz_file_length(in->sf),
+                                              buf, n, off);
     } else if (in->kind == SQZ_K_PACKED && in->pbuf) {
         r = 0;
         if (off < in->pbuf_len) {

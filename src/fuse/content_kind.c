@@ -5,6 +5,7 @@
  * (io, then meta). */
 #include "fuse/content_int.h"
 #include "common/lockorder.h"
+#include "fuse/ptimes.h"
 #include "squeezefs/pack.h"
 
 #include <errno.h>
@@ -278,6 +279,7 @@ int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st)
         return rc;
     if (S_ISREG(st->st_mode))
         sqz_content_fix_stat(fs, in, st);
+    sqz_ptimes_apply(fs, in, st);
     return 0;
 }
 
@@ -301,6 +303,7 @@ int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
         return rc;
     if (S_ISREG(st.st_mode))
         sqz_content_fix_stat(fs, in, &st);
+    sqz_ptimes_apply(fs, in, &st);
     sqz_entry_fill(fs, in, &st, e);
     return 0;
 }

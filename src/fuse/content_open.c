@@ -3,6 +3,7 @@
  * mark, content_sf.c), and the kernel's keep_cache key. Locks:
  * docs/LOCKING.md (io, then meta). */
 #include "fuse/content_int.h"
+#include "fuse/ptimes.h"
 #include "common/lockorder.h"
 
 #include <errno.h>
@@ -190,6 +191,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     if (writable) {
         in->writers++;
         sqz_inode_changed(in);
+        sqz_ptimes_user(fs, in);
     }
 
     /* keep_cache when nothing changed since the previous open/release. */

@@ -96,6 +96,31 @@ int sqz_content_packed_load_locked(struct sqz_fs *fs, struct sqz_inode *in)
     return r;
 }
 
+ssize_t sqz_content_read_packed_since(struct sqz_fs *fs, struct sqz_inode *in,
+                                      uint64_t len, void *buf, size_t n,
+                                      uint64_t off)
+{
+    SQZ_ASSERT_HELD(&in->io);
+    struct stat bst;
+    if (sqz_backing_stat(in, &bst) != 0 || bst.st_size != 0)
+        return -EIO;
+    sqz_pack_ptr p;
+    void *all;
+    int r = load(fs, in, &p, &all);
+    if (r < 0)
+        return r == -ENODATA ? -EIO : r;
+    ssize_t got = -EIO; /* packed with other content: not this view's */
+    if (p.length == len) {
+        got = 0;
+        if (off < len) {
+            got = (ssize_t)(len - off < n ? len - off : n);
+            memcpy(buf, (const char *)all + off, (size_t)got);
+        }
+    }
+    free(all);
+    return got;
+}
+
 void sqz_content_packed_free_locked(struct sqz_inode *in)
 {
     free(in->pbuf);

@@ -21,6 +21,7 @@
  * lock; the queue array by d->mu. The thread takes d->mu alone, then one
  * inode's io at a time, never both. Ranks and order: docs/LOCKING.md. */
 #include "fuse/fs.h"
+#include "fuse/ptimes.h"
 #include "common/lockorder.h"
 #include "common/timedwait.h"
 
@@ -82,10 +83,16 @@ struct entry {
     sqz_mark_ticket t;
     struct stat before; /* times to put back after the mark */
     int have_before;
+    struct timespec shown; /* the ctime it showed before the mark */
+    uint64_t tgen;      /* users' changes before the mark (ptimes.c) */
 };
 
-static void put_back_times(struct sqz_inode *in, int fd, const struct stat *b)
+/* The mark is bookkeeping: the file shows the times it had before it
+ * (its atime and mtime put back, its ctime kept: ptimes.c). */
+static void put_back_times(struct sqz_fs *fs, struct entry *x, int fd)
 {
+    struct sqz_inode *in = x->in;
+    const struct stat *b = &x->before;
     struct stat now;
     if (fstat(fd, &now) != 0)
         return;
@@ -93,6 +100,12 @@ static void put_back_times(struct sqz_inode *in, int fd, const struct stat *b)
         now.st_mtim.tv_nsec != b->st_mtim.tv_nsec) {
         struct timespec tv[2] = {b->st_atim, b->st_mtim};
         if (futimens(fd, tv) != 0 || fstat(fd, &now) != 0)
+            return;
+    }
+    if (now.st_ctim.tv_sec != b->st_ctim.tv_sec ||
+        now.st_ctim.tv_nsec != b->st_ctim.tv_nsec) {
+        sqz_ptimes_keep(fs, in, fd, &x->shown, x->tgen);
+        if (fstat(fd, &now) != 0)
             return;
     }
     /* the caches keyed by the backing file's version stay valid */
@@ -139,6 +152,10 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
             if (r < 0 && first == 0)
                 first = r;
             x->have_before = fstat(sqz_ctr_fd(x->c), &x->before) == 0;
+            if (x->have_before) {
+                x->tgen = sqz_ptimes_begin(in);
+                x->shown = sqz_ptimes_shown(fs, in, &x->before);
+            }
             m++;
         }
         SQZ_RWUNLOCK(&in->io);
@@ -175,7 +192,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
                 fdatasync(sqz_ctr_fd(x->c)) != 0)
                 r = -errno;
             if (r == 0 && x->have_before)
-                put_back_times(in, sqz_ctr_fd(x->c), &x->before);
+                put_back_times(fs, x, sqz_ctr_fd(x->c));
         }
         if (r == 0) {
             in->dctr = NULL;

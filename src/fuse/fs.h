@@ -130,6 +130,16 @@ struct sqz_inode {
                                   are not user data (sync mark, checkpoint) */
     struct sqz_dirpol *dirpol; /* directory: its policy chain for new files
                                   (newfile_policy.c); NULL if none cached */
+    /* ptimes.c: the ctime shown when the daemon's own work moved the
+     * backing one (user.squeezefs.shown) */
+    atomic_uint_fast64_t tgen;  /* atomic: bumped before a change through
+                                   the mount moves the backing ctime */
+    _Atomic int64_t shown_until_ns; /* atomic: a kept ctime this mount
+                                       wrote counts until then (0: none) */
+    int shown_valid;            /* meta: the record read at shown_key */
+    int shown_has;
+    struct timespec shown_key;
+    struct timespec shown_ctime, shown_until;
     /* push_mu (push.c): blocks pushed into the kernel's page cache */
     pthread_mutex_t push_mu;
     pthread_cond_t push_cv;  /* push_busy dropped to 0 */
@@ -198,6 +208,8 @@ struct sqz_fs {
                                    0: SQZ_PACK_PENDING_MIN) */
     atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
     atomic_uint_fast64_t packed_bytes_read; /* READ replies of packed files */
+    _Atomic int64_t shown_start_ns; /* ptimes.c: until then, a kept ctime
+                                       an earlier mount wrote may count */
     int prealloc_ok;            /* const: containers may write their log
                                    ahead (sqz_ctr_allow_prealloc): BACKING
                                    is local, with nanosecond times */
@@ -261,6 +273,12 @@ int sqz_itable_foreach(struct sqz_fs *fs,
 /* "/proc/self/fd/N" */
 void sqz_proc_path(int fd, char *buf, size_t n);
 /* Path of the inode relative to BACKING ("" for the root). */
+/* The backing directory holding in under a name, opened beneath BACKING
+ * without following a symlink in any component, and that name in base
+ * (checked to name in now): a directory fd, or -errno (-ENOENT: in has no
+ * name where its path says). Not for the root. */
+int sqz_inode_parent(struct sqz_fs *fs, struct sqz_inode *in, char *base,
+                     size_t bn);
 int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
                       size_t n);
 /* Absolute backing path of the inode. */

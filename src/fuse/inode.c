@@ -17,6 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static size_t bucket_of(const struct sqz_fs *fs, dev_t dev, ino_t ino)
@@ -567,4 +569,67 @@ int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
         return -ENAMETOOLONG;
     strcpy(buf, rel);
     return 0;
+}
+
+/* A directory below BACKING by its relative path rel (no symlink in any
+ * component, never above BACKING). */
+static int open_dir_beneath(struct sqz_fs *fs, const char *rel)
+{
+    struct open_how how;
+    memset(&how, 0, sizeof(how));
+    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    long fd = syscall(SYS_openat2, fs->root_dirfd, rel, &how, sizeof(how));
+    if (fd >= 0 || errno != ENOSYS)
+        return fd >= 0 ? (int)fd : -errno;
+    /* before Linux 5.6: one component at a time, none a symlink */
+    char buf[PATH_MAX];
+    if (strlen(rel) >= sizeof(buf))
+        return -ENAMETOOLONG;
+    strcpy(buf, rel);
+    int dfd = openat(fs->root_dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    char *save = NULL;
+    for (char *c = strtok_r(buf, "/", &save); c && dfd >= 0;
+         c = strtok_r(NULL, "/", &save)) {
+        int nfd = strcmp(c, "..") == 0 ? (errno = EXDEV, -1)
+            : openat(dfd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(dfd);
+        dfd = nfd;
+        errno = e;
+    }
+    return dfd >= 0 ? dfd : -errno;
+}
+
+int sqz_inode_parent(struct sqz_fs *fs, struct sqz_inode *in, char *base,
+                     size_t bn)
+{
+    char rel[PATH_MAX];
+    int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
+    if (rc)
+        return rc;
+    if (!rel[0])
+        return -EINVAL;
+    char *slash = strrchr(rel, '/');
+    const char *name = slash ? slash + 1 : rel;
+    if (strlen(name) >= bn)
+        return -ENAMETOOLONG;
+    strcpy(base, name);
+    int dfd;
+    if (slash) {
+        *slash = '\0';
+        dfd = open_dir_beneath(fs, rel);
+    } else {
+        dfd = openat(fs->root_dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        dfd = dfd >= 0 ? dfd : -errno;
+    }
+    if (dfd < 0)
+        return dfd;
+    struct stat st;
+    if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        st.st_ino != in->ino || st.st_dev != in->dev) {
+        close(dfd);
+        return -ENOENT;
+    }
+    return dfd;
 }

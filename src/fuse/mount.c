@@ -9,6 +9,7 @@
  * shutdown.c) and unmount end the loop; op_destroy commits and
  * fsyncs every open file; the exit status is 0 unless that failed. */
 #include "fuse/fs.h"
+#include "fuse/ptimes.h"
 #include "common/lockorder.h"
 #include "fuse/fuse_main.h"
 
@@ -475,6 +476,7 @@ int sqz_mount_main(int argc, char **argv)
         goto out_unmount;
     }
 
+    sqz_ptimes_mount(fs);
     if ((rc = sqz_packer_init(fs)) < 0 || (rc = sqz_pack_gc_init(fs)) < 0 ||
         (rc = sqz_pack_rd_init(fs)) < 0 ||
         (rc = sqz_durable_start(fs)) < 0) {

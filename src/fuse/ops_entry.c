@@ -4,6 +4,7 @@
  * with a single, checked name component; symlinks in BACKING are never
  * followed. */
 #include "fuse/fs.h"
+#include "fuse/ptimes.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
 
@@ -55,6 +56,7 @@ static struct sqz_inode *begin_new_entry(fuse_req_t req, struct sqz_fs *fs,
         fuse_reply_err(req, -rc);
         return NULL;
     }
+    sqz_ptimes_user(fs, p);
     return p;
 }
 
@@ -130,6 +132,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
     char pp[64];
     sqz_proc_path(in->fd, pp, sizeof(pp));
     int rc = 0;
+    sqz_ptimes_user(fs, in);
 
     if (fs->opts.ro && (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
                                   FUSE_SET_ATTR_GID | FUSE_SET_ATTR_SIZE |
@@ -326,6 +329,8 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
     /* A second name: a packed file becomes a container first, and the
      * packer (which takes io) cannot pack it between that and the link */
     int file = in->type == S_IFREG && !fs->opts.ro;
+    sqz_ptimes_user(fs, in);
+    sqz_ptimes_user(fs, p);
     if (file) {
         SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
         e = -sqz_content_unpack_if_packed_locked(fs, in);
@@ -417,9 +422,10 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct stat st;
     /* a 0-byte file may be packed: its entry is dead once the last name
      * goes (pack_gc.c) */
-    int maybe_packed = e == 0 &&
-        fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISREG(st.st_mode) && st.st_size == 0 && st.st_nlink == 1;
+    int have = e == 0 && fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    int maybe_packed = have && S_ISREG(st.st_mode) && st.st_size == 0 &&
+        st.st_nlink == 1;
+    sqz_ptimes_user(fs, p);
     if (e == 0 && unlinkat(p->fd, name, 0) != 0)
         e = errno;
     if (e == 0 && maybe_packed)
@@ -432,6 +438,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
     int e = sqz_name_errno(name, ENOENT);
+    sqz_ptimes_user(fs, p);
     if (e == 0 && unlinkat(p->fd, name, AT_REMOVEDIR) != 0) {
         e = errno;
         if ((e == ENOTEMPTY || e == EEXIST) && clear_hidden(fs, p, name) == 0)
@@ -498,6 +505,12 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
         fstatat(np->fd, newname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISREG(st.st_mode) && st.st_size == 0 && st.st_nlink == 1;
     if (rc == 0) {
+        sqz_ptimes_user(fs, p);
+        sqz_ptimes_user(fs, np);
+        if (a)
+            sqz_ptimes_user(fs, a);
+        if (b)
+            sqz_ptimes_user(fs, b);
         sqz_pack_gc_rename_begin(fs, p);
         if (np != p)
             sqz_pack_gc_rename_begin(fs, np);

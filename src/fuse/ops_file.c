@@ -2,6 +2,7 @@
  * fallocate. The data path lives in content_*.c; this file adapts FUSE
  * requests to it. */
 #include "fuse/fs.h"
+#include "fuse/ptimes.h"
 #include "common/lockorder.h"
 #include "fuse/readahead.h"
 
@@ -121,6 +122,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
         return;
     }
     int flags = adjust_flags(fs, fi->flags);
+    sqz_ptimes_user(fs, p);
     /* The policy first: a file that cannot get one is not created. */
     sqz_resolved pol;
     int rc = sqz_resolve_new(fs, p, name, &pol);

@@ -12,6 +12,8 @@
  * And the ioctl SQZ_IOC_TIER: user.squeezefs.tier's "tier it now" on an
  * open descriptor. */
 #include "fuse/fs.h"
+#include "fuse/ptimes.h"
+#include "squeezefs/shown.h"
 #include "squeezefs/pack.h"
 
 #include <ctype.h>
@@ -34,11 +36,13 @@ static void reply_value(fuse_req_t req, size_t size, const char *val,
         fuse_reply_buf(req, val, len);
 }
 
-/* user.* names, except the pack pointer (docs/FORMAT.md "Packed files"):
+/* user.* names, except the pack pointer (docs/FORMAT.md "Packed files")
+ * and the kept ctime ("Shown times"):
  * the daemon's own, never shown, set or removed through the mount. */
 static int is_user_ns(const char *name)
 {
-    return strncmp(name, "user.", 5) == 0 && strcmp(name, SQZ_PACK_XATTR) != 0;
+    return strncmp(name, "user.", 5) == 0 && strcmp(name, SQZ_PACK_XATTR) != 0 &&
+           strcmp(name, SQZ_SHOWN_XATTR) != 0;
 }
 
 static int is_virtual(const char *name)
@@ -303,6 +307,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     int rc;
+    if (is_user_ns(name) && !fs->opts.ro && !is_virtual(name))
+        sqz_ptimes_user(fs, in);
     if (!is_user_ns(name))
         rc = -EOPNOTSUPP;
     else if (fs->opts.ro)
@@ -330,6 +336,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     int rc;
+    if (is_user_ns(name) && !fs->opts.ro && !is_virtual(name))
+        sqz_ptimes_user(fs, in);
     if (!is_user_ns(name))
         rc = -ENODATA;
     else if (fs->opts.ro)

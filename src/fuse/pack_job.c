@@ -27,7 +27,7 @@
  * rename leaves that inode whole). Only the durable thread appends to
  * packs, so the pack cache needs no lock. */
 #include "fuse/fs.h"
-#include "fuse/recompress_int.h"
+#include "fuse/ptimes.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
 
@@ -38,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #define SQZ_PACK_OPEN_MAX 32 /* packs kept open between batches */
@@ -281,14 +282,12 @@ size_t sqz_pack_npending(struct sqz_fs *fs)
 }
 
 /* The open pack of the directory of x's file (started if needed). */
-static struct open_pack *pack_for(struct sqz_packer *pk, struct sqz_inode *in,
+static struct open_pack *pack_for(struct sqz_fs *fs, struct sqz_inode *in,
                                   int *err)
 {
-    char abs[PATH_MAX + 16];
-    *err = sqz_inode_abspath(in, abs, sizeof(abs));
-    if (*err)
-        return NULL;
-    int dfd = sqz_pack_open_dir_of(abs);
+    struct sqz_packer *pk = fs->packer;
+    char base[NAME_MAX + 1];
+    int dfd = sqz_inode_parent(fs, in, base, sizeof(base));
     struct stat ds;
     if (dfd < 0 || fstat(dfd, &ds) != 0) {
         *err = dfd < 0 ? dfd : -errno;
@@ -350,7 +349,12 @@ static struct open_pack *pack_for(struct sqz_packer *pk, struct sqz_inode *in,
     return op;
 }
 
-/* Step 3 for one candidate. io exclusive. */
+/* Step 3 for one candidate, in place (the backing inode stays, so does the
+ * inode number stat shows): the pointer is set on the container itself
+ * (a pointer on a file with bytes counts for nothing), then the file is
+ * truncated to 0 bytes, the one step that makes it packed; its atime and
+ * mtime are put back and the ctime it showed is kept (ptimes.c). io
+ * exclusive. */
 static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
 {
     struct sqz_inode *in = x->in;
@@ -361,57 +365,50 @@ static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
         return rc;
     struct sqz_bkey now;
     sqz_bkey_of(&bst, &now);
+    /* (a rename into another directory or a link through the mount takes
+     * io and bumps wgen: the file is still in the directory whose pack
+     * holds its entry, with one name) */
     if (sqz_content_handles_open(in) || in->sf || in->dctr ||
         atomic_load(&in->wgen) != x->wgen || !sqz_bkey_eq(&now, &x->key) ||
         bst.st_nlink != 1)
         return -EBUSY; /* changed meanwhile: stays a container */
-    struct sqz_rc_temp t;
-    int tfd = sqz_rc_temp_create(in, &bst, &t);
-    if (tfd < 0) {
-        sqz_rc_temp_discard(&t);
-        return tfd;
-    }
-    /* still in the directory whose pack holds the entry (a rename into
-     * another one unpacks under io, but may have come between the append
-     * and now) */
+    /* still named in the directory whose pack holds the entry */
+    char base[NAME_MAX + 1];
+    int dfd = sqz_inode_parent(fs, in, base, sizeof(base));
+    if (dfd < 0)
+        return dfd == -ENOENT ? -EBUSY : dfd;
     struct stat ds;
-    if (fstat(t.dirfd, &ds) != 0 || ds.st_dev != x->dir_dev ||
-        ds.st_ino != x->dir_ino) {
-        close(tfd);
-        sqz_rc_temp_discard(&t);
+    rc = fstat(dfd, &ds) != 0 ? -errno : 0;
+    close(dfd);
+    if (rc)
+        return rc;
+    if (ds.st_dev != x->dir_dev || ds.st_ino != x->dir_ino)
         return -EBUSY;
+    struct timespec shown = sqz_ptimes_shown(fs, in, &bst);
+    uint64_t tgen = sqz_ptimes_begin(in);
+    int fd = sqz_inode_reopen(in, O_WRONLY);
+    if (fd < 0)
+        return fd;
+    rc = sqz_pack_ptr_set(fd, &x->ptr);
+    if (rc == 0 && ftruncate(fd, 0) != 0) {
+        rc = -errno;
+        fremovexattr(fd, SQZ_PACK_XATTR); /* (counted for nothing) */
     }
-    rc = sqz_pack_ptr_set(tfd, &x->ptr);
-    if (rc == 0)
-        rc = sqz_rc_temp_meta_nosync(in, &bst, tfd);
-    /* the original, to see a chmod/chown/utimens that came (through the
-     * mount, which does not take io for them) after its metadata was
-     * copied */
-    int oldfd = fcntl(in->fd, F_DUPFD_CLOEXEC, 0);
-    if (rc == 0)
-        rc = sqz_rc_replace_locked(fs, in, &t, NULL, SQZ_RC_NEED_EXCHANGE);
-    if (rc == 0)
+    if (rc == 0) {
         atomic_store(&in->drafted, 0);
-    struct stat was;
-    if (rc == 0 && oldfd >= 0 && fstat(oldfd, &was) == 0 &&
-        (was.st_mode != bst.st_mode || was.st_uid != bst.st_uid ||
-         was.st_gid != bst.st_gid ||
-         was.st_mtim.tv_sec != bst.st_mtim.tv_sec ||
-         was.st_mtim.tv_nsec != bst.st_mtim.tv_nsec)) {
-        struct timespec tv[2] = {was.st_atim, was.st_mtim};
-        if (fchown(tfd, was.st_uid, was.st_gid) != 0 ||
-            fchmod(tfd, was.st_mode & 07777) != 0 || futimens(tfd, tv) != 0) {
+        struct timespec tv[2] = {bst.st_atim, bst.st_mtim};
+        if (futimens(fd, tv) != 0) {
             char label[PATH_MAX];
             sqz_inode_label(fs, in, label, sizeof(label));
-            sqz_logf(SQZ_LOG_WARN, "%s: packing: a change of owner, mode or times "
-                     "made meanwhile could not be carried over: %s", label,
-                     strerror(errno));
+            sqz_logf(SQZ_LOG_WARN, "%s: packing: cannot put its times back: %s",
+                     label, strerror(errno));
         }
+        sqz_ptimes_keep(fs, in, fd, &shown, tgen);
+        sqz_inode_changed(in);
+        in->kind = SQZ_K_UNKNOWN;
+        sqz_content_invalidate(in);
     }
-    if (oldfd >= 0)
-        close(oldfd);
-    close(tfd);
-    sqz_rc_temp_discard(&t);
+    close(fd);
     return rc;
 }
 
@@ -427,7 +424,7 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
     for (size_t i = 0; i < n; i++) {
         struct sqz_pack_cand *x = v[i];
         int err = 0;
-        struct open_pack *op = pack_for(pk, x->in, &err);
+        struct open_pack *op = pack_for(fs, x->in, &err);
         if (op) {
             err = sqz_pack_append(&op->w, &x->params, x->data, x->len, &x->ptr);
             if (err == -EFBIG) { /* full: flush what this batch put in it,

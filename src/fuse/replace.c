@@ -18,6 +18,7 @@
 #include "fuse/recompress_int.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
+#include "squeezefs/shown.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +48,8 @@ static int copy_xattrs(const char *src, int fd)
     int rc = 0;
     for (ssize_t i = 0; i < n && rc == 0; i += (ssize_t)strlen(names + i) + 1) {
         const char *name = names + i;
-        if (strncmp(name, "user.", 5) != 0 || strcmp(name, SQZ_PACK_XATTR) == 0)
+        if (strncmp(name, "user.", 5) != 0 || strcmp(name, SQZ_PACK_XATTR) == 0 ||
+            strcmp(name, SQZ_SHOWN_XATTR) == 0)
             continue; /* a pack pointer belongs to the file it was set on */
         ssize_t vl = getxattr(src, name, NULL, 0);
         if (vl < 0) {

@@ -1,0 +1,173 @@
+/* The ctime shown through the mount when the daemon's own work moved a
+ * backing object's ctime (docs/FORMAT.md "Shown times").
+ *
+ * Durable marks and packing write to a closed file, and put its atime and
+ * mtime back; nothing can put a ctime back. So after such work the ctime
+ * the object showed before is kept in user.squeezefs.shown with a bound
+ * `until`: it counts while the backing ctime is at most `until`, which is
+ * set just past the daemon's own last step. Any later change moves the
+ * backing ctime past it, and a change through the mount that comes while
+ * a kept ctime could still count removes the record first
+ * (sqz_ptimes_user): the inode's tgen is bumped before that change, and
+ * the background side checks tgen after writing the record, so one of the
+ * two always sees the other. Locks: the record's cache is under meta. */
+#include "fuse/ptimes.h"
+#include "fuse/fs.h"
+#include "common/lockorder.h"
+#include "squeezefs/shown.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/xattr.h>
+
+/* A kept ctime counts until this long after the clock was read before
+ * writing it (its own step stamps the backing ctime inside that time). */
+#define SHOWN_BOUND_NS 200000000LL
+/* Timestamps come from a coarse clock that may lag the clock read here. */
+#define SHOWN_MARGIN_NS 50000000LL
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static int ts_eq(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+static int kept_kind(const struct stat *st)
+{
+    return S_ISREG(st->st_mode) || S_ISDIR(st->st_mode);
+}
+
+/* The record of in as read now: 1 (s filled), 0 none or not usable. */
+static int read_record(struct sqz_inode *in, sqz_shown *s)
+{
+    char pp[64];
+    uint8_t b[SQZ_SHOWN_SIZE + 1];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    ssize_t n = getxattr(pp, SQZ_SHOWN_XATTR, b, sizeof(b));
+    return n > 0 && sqz_shown_decode(b, (size_t)n, s) == 0;
+}
+
+void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
+                      struct stat *st)
+{
+    (void)fs;
+    if (!kept_kind(st))
+        return;
+    sqz_shown s;
+    int has;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    int cached = in->shown_valid && ts_eq(&in->shown_key, &st->st_ctim);
+    if (cached) {
+        has = in->shown_has;
+        s.ctime = in->shown_ctime;
+        s.until = in->shown_until;
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    if (!cached) {
+        has = read_record(in, &s);
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->shown_valid = 1;
+        in->shown_key = st->st_ctim;
+        in->shown_has = has;
+        if (has) {
+            in->shown_ctime = s.ctime;
+            in->shown_until = s.until;
+        }
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
+    if (has && sqz_shown_counts(&s, &st->st_ctim))
+        st->st_ctim = s.ctime;
+}
+
+struct timespec sqz_ptimes_shown(struct sqz_fs *fs, struct sqz_inode *in,
+                                 const struct stat *bst)
+{
+    struct stat st = *bst;
+    sqz_ptimes_apply(fs, in, &st);
+    return st.st_ctim;
+}
+
+uint64_t sqz_ptimes_begin(struct sqz_inode *in)
+{
+    return atomic_load(&in->tgen);
+}
+
+static void forget_cache(struct sqz_inode *in)
+{
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    in->shown_valid = 0;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+static int record_set(int fd, struct sqz_inode *in, const void *v, size_t n)
+{
+    if (fd >= 0)
+        return fsetxattr(fd, SQZ_SHOWN_XATTR, v, n, 0) == 0 ? 0 : -errno;
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    return setxattr(pp, SQZ_SHOWN_XATTR, v, n, 0) == 0 ? 0 : -errno;
+}
+
+static void record_remove(int fd, struct sqz_inode *in)
+{
+    if (fd >= 0) {
+        fremovexattr(fd, SQZ_SHOWN_XATTR);
+        return;
+    }
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    removexattr(pp, SQZ_SHOWN_XATTR);
+}
+
+void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                     const struct timespec *shown, uint64_t gen)
+{
+    int64_t t0 = now_ns();
+    int64_t until = t0 + SHOWN_BOUND_NS;
+    sqz_shown s = {
+        .ctime = *shown,
+        .until = {.tv_sec = (time_t)(until / 1000000000LL),
+                  .tv_nsec = (long)(until % 1000000000LL)},
+    };
+    uint8_t b[SQZ_SHOWN_SIZE];
+    sqz_shown_encode(&s, b);
+    atomic_store(&in->shown_until_ns, until);
+    int rc = record_set(fd, in, b, sizeof(b));
+    if (rc == 0 && atomic_load(&in->tgen) != gen)
+        record_remove(fd, in); /* a user's change came meanwhile: it shows */
+    forget_cache(in);
+    if (rc && rc != -ENOTSUP && rc != -EOPNOTSUPP) {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_WARN, "%s: cannot keep the ctime it shows: %s "
+                 "(its backing ctime shows)", label, strerror(-rc));
+    }
+}
+
+void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    atomic_fetch_add(&in->tgen, 1);
+    int64_t until = atomic_load(&in->shown_until_ns);
+    int64_t start = atomic_load(&fs->shown_start_ns);
+    if (until < start)
+        until = start;
+    if (until == 0 || now_ns() > until + SHOWN_MARGIN_NS)
+        return; /* a kept ctime no longer counts once the change is made */
+    if (in->type != S_IFREG && in->type != S_IFDIR)
+        return;
+    record_remove(-1, in);
+    atomic_store(&in->shown_until_ns, 0);
+    forget_cache(in);
+}
+
+void sqz_ptimes_mount(struct sqz_fs *fs)
+{
+    atomic_store(&fs->shown_start_ns, now_ns() + SHOWN_BOUND_NS);
+}

@@ -1,0 +1,39 @@
+/* The ctime shown through the mount when the daemon's own work (durable
+ * marks, packing) moved a backing object's ctime: ptimes.c,
+ * include/squeezefs/shown.h, docs/FORMAT.md "Shown times". Internal
+ * header. */
+#ifndef SQZ_FUSE_PTIMES_H
+#define SQZ_FUSE_PTIMES_H
+
+#include <stdint.h>
+#include <sys/stat.h>
+#include <time.h>
+
+struct sqz_fs;
+struct sqz_inode;
+
+/* stat of in as shown: st_ctim replaced by a kept ctime that counts.
+ * Regular files and directories; st is the backing stat. */
+void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
+                      struct stat *st);
+/* The ctime shown for backing stat bst (before background work). */
+struct timespec sqz_ptimes_shown(struct sqz_fs *fs, struct sqz_inode *in,
+                                 const struct stat *bst);
+/* Before background work on in: the generation of users' changes. */
+uint64_t sqz_ptimes_begin(struct sqz_inode *in);
+/* After background work on in moved its backing ctime: keep `shown` as
+ * the ctime stat shows, unless a user's change came since gen (then the
+ * backing ctime is shown). fd: an open descriptor of the object (not
+ * O_PATH), or -1 for in's own. Failures are logged, never fatal: the
+ * backing ctime is shown then. */
+void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                     const struct timespec *shown, uint64_t gen);
+/* A change through the mount is about to move in's backing ctime
+ * (setattr, a write, link, rename, unlink, xattrs; a directory's entries):
+ * a kept ctime that could still count is removed. */
+void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in);
+/* At mount: kept ctimes written by the mount before may count for a
+ * little longer (until now + the bound). */
+void sqz_ptimes_mount(struct sqz_fs *fs);
+
+#endif
