@@ -257,6 +257,9 @@ int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
 void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n);
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in);
 void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
+/* The inode of backing object (dev, ino) if the table has it, with an
+ * open reference (sqz_inode_open_unref), else NULL. */
+struct sqz_inode *sqz_inode_find_ref(struct sqz_fs *fs, dev_t dev, ino_t ino);
 /* After the backing object was renamed over (recompress, packing): make
  * in->fd a copy of npfd, the new object's O_PATH fd, and key the inode by
  * (dev, ino), in one critical section of the table. Caller holds io

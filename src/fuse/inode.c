@@ -477,6 +477,16 @@ void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in)
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
 }
 
+struct sqz_inode *sqz_inode_find_ref(struct sqz_fs *fs, dev_t dev, ino_t ino)
+{
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    struct sqz_inode *in = table_find(fs, dev, ino);
+    if (in)
+        in->nopen++;
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    return in;
+}
+
 void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
 {
     struct sqz_inode *dead = NULL;

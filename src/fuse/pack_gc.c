@@ -20,6 +20,7 @@
  * (content_pack.c). Notes are kept in memory: a directory not touched
  * after a restart is scanned again at its next removal. */
 #include "fuse/fs.h"
+#include "fuse/ptimes.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
 
@@ -503,7 +504,18 @@ void sqz_pack_gc_run(struct sqz_fs *fs, int final)
         if (fd < 0)
             break;
         uint64_t removed = 0, moved = 0;
+        /* the directory shows the times it had (packs added, removed) */
+        char pp[64];
+        sqz_proc_path(fd, pp, sizeof(pp));
+        int tfd = open(pp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct sqz_ptimes_dir t;
+        if (tfd >= 0)
+            sqz_ptimes_dir_begin(fs, tfd, &t);
         int rc = gc_dir(fs, fd, &removed, &moved);
+        if (tfd >= 0) {
+            sqz_ptimes_dir_end(fs, tfd, &t);
+            close(tfd);
+        }
         if (rc == GC_AGAIN) { /* it changed under the scan: later again */
             struct stat st;
             int have = fstat(fd, &st) == 0;

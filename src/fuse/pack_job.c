@@ -281,6 +281,16 @@ size_t sqz_pack_npending(struct sqz_fs *fs)
     return fs->packer ? atomic_load(&fs->packer->npend_seen) : 0;
 }
 
+/* A new pack in directory dirfd, which shows the times it had. */
+static int writer_open(struct sqz_fs *fs, sqz_pack_writer *w, int dirfd)
+{
+    struct sqz_ptimes_dir t;
+    sqz_ptimes_dir_begin(fs, dirfd, &t);
+    int rc = sqz_pack_writer_open(w, dirfd);
+    sqz_ptimes_dir_end(fs, dirfd, &t);
+    return rc;
+}
+
 /* The open pack of the directory of x's file (started if needed). */
 static struct open_pack *pack_for(struct sqz_fs *fs, struct sqz_inode *in,
                                   int *err)
@@ -338,7 +348,7 @@ static struct open_pack *pack_for(struct sqz_fs *fs, struct sqz_inode *in,
         op->w.fd = -1;
     }
     if (op->w.fd < 0) {
-        *err = sqz_pack_writer_open(&op->w, op->dirfd);
+        *err = writer_open(fs, &op->w, op->dirfd);
         if (*err) {
             drop(op);
             *op = pk->p[--pk->n];
@@ -436,7 +446,7 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
                     if (v[j]->appended && v[j]->ptr.pack_id == full)
                         v[j]->appended = 0; /* not durable: not pointed to */
                 if (err == 0)
-                    err = sqz_pack_writer_open(&op->w, op->dirfd);
+                    err = writer_open(fs, &op->w, op->dirfd);
                 if (err == 0)
                     err = sqz_pack_append(&op->w, &x->params, x->data, x->len,
                                           &x->ptr);

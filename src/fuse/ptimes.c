@@ -126,11 +126,12 @@ static void record_remove(int fd, struct sqz_inode *in)
     removexattr(pp, SQZ_SHOWN_XATTR);
 }
 
-void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
-                     const struct timespec *shown, uint64_t gen)
+/* Write the record keeping `shown` (on fd, or in's own when fd < 0):
+ * 0 or -errno; *until_ns its bound. */
+static int record_write(int fd, struct sqz_inode *in,
+                        const struct timespec *shown, int64_t *until_ns)
 {
-    int64_t t0 = now_ns();
-    int64_t until = t0 + SHOWN_BOUND_NS;
+    int64_t until = now_ns() + SHOWN_BOUND_NS;
     sqz_shown s = {
         .ctime = *shown,
         .until = {.tv_sec = (time_t)(until / 1000000000LL),
@@ -138,17 +139,82 @@ void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
     };
     uint8_t b[SQZ_SHOWN_SIZE];
     sqz_shown_encode(&s, b);
-    atomic_store(&in->shown_until_ns, until);
-    int rc = record_set(fd, in, b, sizeof(b));
+    if (in)
+        atomic_store(&in->shown_until_ns, until);
+    *until_ns = until;
+    return record_set(fd, in, b, sizeof(b));
+}
+
+static void keep_failed(struct sqz_fs *fs, struct sqz_inode *in, int rc)
+{
+    if (rc == 0 || rc == -ENOTSUP || rc == -EOPNOTSUPP)
+        return;
+    char label[PATH_MAX] = "a directory";
+    if (in)
+        sqz_inode_label(fs, in, label, sizeof(label));
+    sqz_logf(SQZ_LOG_WARN, "%s: cannot keep the ctime it shows: %s (its "
+             "backing ctime shows)", label, strerror(-rc));
+}
+
+void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                     const struct timespec *shown, uint64_t gen)
+{
+    int64_t until;
+    int rc = record_write(fd, in, shown, &until);
     if (rc == 0 && atomic_load(&in->tgen) != gen)
         record_remove(fd, in); /* a user's change came meanwhile: it shows */
     forget_cache(in);
-    if (rc && rc != -ENOTSUP && rc != -EOPNOTSUPP) {
-        char label[PATH_MAX];
-        sqz_inode_label(fs, in, label, sizeof(label));
-        sqz_logf(SQZ_LOG_WARN, "%s: cannot keep the ctime it shows: %s "
-                 "(its backing ctime shows)", label, strerror(-rc));
+    keep_failed(fs, in, rc);
+}
+
+void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
+{
+    memset(t, 0, sizeof(*t));
+    if (fstat(dfd, &t->before) != 0)
+        return;
+    t->ok = 1;
+    t->in = sqz_inode_find_ref(fs, t->before.st_dev, t->before.st_ino);
+    t->gen = t->in ? sqz_ptimes_begin(t->in) : 0;
+    t->shown = t->before.st_ctim;
+    uint8_t b[SQZ_SHOWN_SIZE + 1];
+    sqz_shown s;
+    ssize_t n = fgetxattr(dfd, SQZ_SHOWN_XATTR, b, sizeof(b));
+    if (n > 0 && sqz_shown_decode(b, (size_t)n, &s) == 0 &&
+        sqz_shown_counts(&s, &t->before.st_ctim))
+        t->shown = s.ctime;
+}
+
+static int user_came(const struct sqz_ptimes_dir *t)
+{
+    return t->in && atomic_load(&t->in->tgen) != t->gen;
+}
+
+void sqz_ptimes_dir_end(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
+{
+    struct stat now;
+    if (!t->ok || fstat(dfd, &now) != 0 ||
+        ts_eq(&now.st_ctim, &t->before.st_ctim) || user_came(t))
+        goto out; /* nothing done, or a user's change shows */
+    struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, t->before.st_mtim};
+    if (futimens(dfd, tv) != 0)
+        goto out;
+    if (user_came(t)) { /* its mtime may have been put back: now again */
+        tv[1].tv_nsec = UTIME_NOW;
+        futimens(dfd, tv);
+        goto out;
     }
+    int64_t until;
+    int rc = record_write(dfd, t->in, &t->shown, &until);
+    if (rc == 0 && user_came(t))
+        record_remove(dfd, t->in);
+    if (t->in)
+        forget_cache(t->in);
+    keep_failed(fs, t->in, rc);
+out:
+    if (t->in)
+        sqz_inode_open_unref(fs, t->in);
+    t->in = NULL;
+    t->ok = 0;
 }
 
 void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in)

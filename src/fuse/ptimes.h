@@ -28,6 +28,20 @@ uint64_t sqz_ptimes_begin(struct sqz_inode *in);
  * backing ctime is shown then. */
 void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
                      const struct timespec *shown, uint64_t gen);
+/* Background work that adds or removes entries of a backing directory
+ * (pack files): begin before, end after; the directory then shows the
+ * mtime and ctime it had, unless a change through the mount came
+ * meanwhile. dfd: the directory opened (not O_PATH). */
+struct sqz_ptimes_dir {
+    struct sqz_inode *in; /* its inode (open reference) or NULL */
+    struct stat before;
+    struct timespec shown;
+    uint64_t gen;
+    int ok;
+};
+void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd,
+                          struct sqz_ptimes_dir *t);
+void sqz_ptimes_dir_end(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t);
 /* A change through the mount is about to move in's backing ctime
  * (setattr, a write, link, rename, unlink, xattrs; a directory's entries):
  * a kept ctime that could still count is removed. */
