@@ -40,7 +40,7 @@ int sqz_content_convert_empty(struct sqz_fs *fs, struct sqz_inode *in);
 /* After container bookkeeping writes: put back the times the user set
  * (takes meta, held across one utimensat). io held (shared or
  * exclusive). */
-void sqz_content_restore_times(struct sqz_inode *in);
+void sqz_content_restore_times(struct sqz_fs *fs, struct sqz_inode *in);
 
 /* content_pack.c: a read-only view of a container (another mount's
  * handle) whose backing file was packed in place since (pack_job.c): the

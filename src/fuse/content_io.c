@@ -207,7 +207,7 @@ int sqz_content_flush(struct sqz_fs *fs, struct sqz_handle *h)
         }
         /* times set after the last write (a SETATTR before this FLUSH)
          * hold over the commit that wrote the data */
-        sqz_content_restore_times(in);
+        sqz_content_restore_times(fs, in);
     }
     SQZ_RWUNLOCK(&in->io);
     return rc;
@@ -228,7 +228,7 @@ int sqz_content_fsync(struct sqz_fs *fs, struct sqz_handle *h, int datasync)
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     if (in->kind == SQZ_K_CONTAINER && in->sf) {
         rc = sqz_file_fsync(in->sf, datasync);
-        sqz_content_restore_times(in);
+        sqz_content_restore_times(fs, in);
     }
     /* a removed pack pointer (the file was emptied): durable now, or an
      * old packed content could come back after a crash */

@@ -274,6 +274,8 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
 
 int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st)
 {
+    if (in->type == S_IFDIR)
+        return sqz_ptimes_stat_dir(fs, in, st);
     int rc = sqz_backing_stat(in, st);
     if (rc)
         return rc;
@@ -303,7 +305,15 @@ int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
         return rc;
     if (S_ISREG(st.st_mode))
         sqz_content_fix_stat(fs, in, &st);
-    sqz_ptimes_apply(fs, in, &st);
+    if (S_ISDIR(st.st_mode)) {
+        if ((rc = sqz_ptimes_stat_dir(fs, in, &st)) != 0) {
+            sqz_inode_forget(fs, in, 1);
+            return rc;
+        }
+    } else {
+        sqz_ptimes_apply(fs, in, &st);
+    }
     sqz_entry_fill(fs, in, &st, e);
+    sqz_ptimes_kernel_seen(fs, in, &st);
     return 0;
 }

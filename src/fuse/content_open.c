@@ -317,7 +317,7 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
                 reclaim_if_wasteful(fs, in);
             uint64_t len = sqz_file_length(in->sf);
             rc = sqz_content_close_sf(fs, in);
-            sqz_content_restore_times(in);
+            sqz_content_restore_times(fs, in);
             struct stat bst;
             int have_bst = rc == 0 && sqz_backing_stat(in, &bst) == 0;
             /* a lazily created container that never committed (its data

@@ -6,6 +6,7 @@
  * user's kept times, and the policy glue. Locks: docs/LOCKING.md (io, then
  * meta). */
 #include "fuse/content_int.h"
+#include "fuse/ptimes.h"
 #include "common/lockorder.h"
 
 #include <errno.h>
@@ -269,24 +270,11 @@ void sqz_content_keep_times(struct sqz_inode *in)
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
-/* After the container wrote bookkeeping (not user data) to the backing
- * file, put back the times the user set. */
-void sqz_content_restore_times(struct sqz_inode *in)
+/* After the container wrote to the backing file: the times the file
+ * shows are put back (ptimes.c). */
+void sqz_content_restore_times(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    SQZ_ASSERT_HELD(&in->io);
-    /* meta is held across the check and the utimensat: a writer clears
-     * utimes_kept (note_write_begin) before its data can reach the backing
-     * file, so the user's old times are never put back on new data */
-    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (in->utimes_kept) {
-        struct timespec tv[2] = {in->utimes[0], in->utimes[1]};
-        char pp[64];
-        sqz_proc_path(in->fd, pp, sizeof(pp));
-        if (utimensat(AT_FDCWD, pp, tv, 0) != 0)
-            sqz_logf(SQZ_LOG_WARN, "squeezefs: restoring file times failed: %s",
-                     strerror(errno));
-    }
-    SQZ_MUTEX_UNLOCK(&in->meta);
+    sqz_ptimes_restore(fs, in);
 }
 
 /* Close the inode's sf after its last handle. A container written in this

@@ -130,16 +130,13 @@ struct sqz_inode {
                                   are not user data (sync mark, checkpoint) */
     struct sqz_dirpol *dirpol; /* directory: its policy chain for new files
                                   (newfile_policy.c); NULL if none cached */
-    /* ptimes.c: the ctime shown when the daemon's own work moved the
-     * backing one (user.squeezefs.shown) */
-    atomic_uint_fast64_t tgen;  /* atomic: bumped before a change through
-                                   the mount moves the backing ctime */
-    _Atomic int64_t shown_until_ns; /* atomic: a kept ctime this mount
-                                       wrote counts until then (0: none) */
-    int shown_valid;            /* meta: the record read at shown_key */
-    int shown_has;
-    struct timespec shown_key;
-    struct timespec shown_ctime, shown_until;
+    /* ptimes.c, the times shown: atomic tgen, shown_until_ns; meta the
+     * record's cache (shown_*) and the kernel's times (k*) */
+    atomic_uint_fast64_t tgen;  /* bumped before a user's change */
+    _Atomic int64_t shown_until_ns; /* a record this mount wrote counts
+                                       until then (0: none) */
+    int shown_valid, shown_has, ktimes_set;
+    struct timespec shown_key, shown_ctime, shown_until, kmtime, kctime;
     /* push_mu (push.c): blocks pushed into the kernel's page cache */
     pthread_mutex_t push_mu;
     pthread_cond_t push_cv;  /* push_busy dropped to 0 */

@@ -462,6 +462,11 @@ void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
     struct sqz_inode *dead = NULL;
     SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     in->nlookup = n > in->nlookup ? 0 : in->nlookup - n;
+    if (in->nlookup == 0) { /* the kernel forgot it (ptimes.c) */
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->ktimes_set = 0;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
     maybe_free_locked(fs, in, &dead);
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     if (dead) {

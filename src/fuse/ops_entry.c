@@ -218,6 +218,7 @@ out:
         fuse_reply_err(req, -rc);
         return;
     }
+    sqz_ptimes_kernel_set(fs, in, to_set, attr);
     struct stat st;
     rc = sqz_getattr(fs, in, &st);
     if (rc)
@@ -329,8 +330,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
     /* A second name: a packed file becomes a container first, and the
      * packer (which takes io) cannot pack it between that and the link */
     int file = in->type == S_IFREG && !fs->opts.ro;
-    sqz_ptimes_user(fs, in);
-    sqz_ptimes_user(fs, p);
+    sqz_ptimes_user4(fs, in, p, NULL, NULL);
     if (file) {
         SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
         e = -sqz_content_unpack_if_packed_locked(fs, in);
@@ -505,12 +505,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
         fstatat(np->fd, newname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
         S_ISREG(st.st_mode) && st.st_size == 0 && st.st_nlink == 1;
     if (rc == 0) {
-        sqz_ptimes_user(fs, p);
-        sqz_ptimes_user(fs, np);
-        if (a)
-            sqz_ptimes_user(fs, a);
-        if (b)
-            sqz_ptimes_user(fs, b);
+        sqz_ptimes_user4(fs, p, np, a, b);
         sqz_pack_gc_rename_begin(fs, p);
         if (np != p)
             sqz_pack_gc_rename_begin(fs, np);

@@ -200,6 +200,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     }
     memset(&e, 0, sizeof(e));
     sqz_entry_fill(fs, in, &st, &e);
+    sqz_ptimes_kernel_seen(fs, in, &e.attr);
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->keep_cache = 0;
     fi->direct_io = 0;

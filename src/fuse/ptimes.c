@@ -17,6 +17,7 @@
 #include "squeezefs/shown.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <string.h>
 #include <sys/xattr.h>
@@ -173,7 +174,14 @@ void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
     if (fstat(dfd, &t->before) != 0)
         return;
     t->ok = 1;
+    /* its io, exclusive: stat through the mount (sqz_ptimes_stat_dir)
+     * sees it before the change or after its times are put back */
     t->in = sqz_inode_find_ref(fs, t->before.st_dev, t->before.st_ino);
+    if (t->in) {
+        SQZ_WRLOCK(&t->in->io, SQZ_RANK_IO);
+        if (fstat(dfd, &t->before) != 0)
+            t->ok = 0;
+    }
     t->gen = t->in ? sqz_ptimes_begin(t->in) : 0;
     t->shown = t->before.st_ctim;
     uint8_t b[SQZ_SHOWN_SIZE + 1];
@@ -211,8 +219,10 @@ void sqz_ptimes_dir_end(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
         forget_cache(t->in);
     keep_failed(fs, t->in, rc);
 out:
-    if (t->in)
+    if (t->in) {
+        SQZ_RWUNLOCK(&t->in->io);
         sqz_inode_open_unref(fs, t->in);
+    }
     t->in = NULL;
     t->ok = 0;
 }
@@ -233,7 +243,102 @@ void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in)
     forget_cache(in);
 }
 
+void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
+                      struct sqz_inode *b, struct sqz_inode *c,
+                      struct sqz_inode *d)
+{
+    struct sqz_inode *v[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++)
+        if (v[i])
+            sqz_ptimes_user(fs, v[i]);
+}
+
 void sqz_ptimes_mount(struct sqz_fs *fs)
 {
     atomic_store(&fs->shown_start_ns, now_ns() + SHOWN_BOUND_NS);
+}
+
+void sqz_ptimes_kernel_seen(struct sqz_fs *fs, struct sqz_inode *in,
+                            const struct stat *attr)
+{
+    if (!fs->opts.writeback || !S_ISREG(attr->st_mode))
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (!in->ktimes_set) {
+        in->kmtime = attr->st_mtim;
+        in->kctime = attr->st_ctim;
+        in->ktimes_set = 1;
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
+                           int to_set, const struct stat *attr)
+{
+    if (!fs->opts.writeback || in->type != S_IFREG ||
+        !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW |
+                    FUSE_SET_ATTR_CTIME)))
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (in->ktimes_set) {
+        if (to_set & FUSE_SET_ATTR_MTIME)
+            in->kmtime = attr->st_mtim;
+        if (to_set & FUSE_SET_ATTR_CTIME)
+            in->kctime = attr->st_ctim;
+        if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+            in->ktimes_set = 0; /* the kernel's own clock: not known here */
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    sqz_ptimes_restore(fs, in);
+    SQZ_RWUNLOCK(&in->io);
+}
+
+void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    SQZ_ASSERT_HELD(&in->io);
+    struct stat bst;
+    if (sqz_backing_stat(in, &bst) != 0)
+        return;
+    /* meta is held across the check and the utimensat: a writer clears
+     * utimes_kept (content_io.c) before its data can reach the backing
+     * file, so the user's old times are never put back on new data */
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_OMIT}};
+    if (in->utimes_kept) {
+        tv[0] = in->utimes[0];
+        tv[1] = in->utimes[1];
+    } else if (fs->opts.writeback && in->ktimes_set) {
+        tv[1] = in->kmtime;
+    }
+    int keep = fs->opts.writeback && in->ktimes_set;
+    struct timespec kc = in->kctime;
+    int moved = (tv[0].tv_nsec != UTIME_OMIT && !ts_eq(&tv[0], &bst.st_atim)) ||
+                (tv[1].tv_nsec != UTIME_OMIT && !ts_eq(&tv[1], &bst.st_mtim));
+    int rc = 0;
+    if (moved) {
+        char pp[64];
+        sqz_proc_path(in->fd, pp, sizeof(pp));
+        rc = utimensat(AT_FDCWD, pp, tv, 0) != 0 ? -errno : 0;
+        if (rc)
+            sqz_logf(SQZ_LOG_WARN, "squeezefs: restoring file times failed: %s",
+                     strerror(-rc));
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    if (!keep || (moved && (rc || sqz_backing_stat(in, &bst) != 0)))
+        return;
+    struct timespec shown = sqz_ptimes_shown(fs, in, &bst);
+    if (!ts_eq(&shown, &kc))
+        sqz_ptimes_keep(fs, in, -1, &kc, sqz_ptimes_begin(in));
+}
+
+int sqz_ptimes_stat_dir(struct sqz_fs *fs, struct sqz_inode *in,
+                        struct stat *st)
+{
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    int rc = sqz_backing_stat(in, st);
+    if (rc == 0)
+        sqz_ptimes_apply(fs, in, st);
+    SQZ_RWUNLOCK(&in->io);
+    return rc;
 }

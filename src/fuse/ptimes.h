@@ -42,10 +42,32 @@ struct sqz_ptimes_dir {
 void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd,
                           struct sqz_ptimes_dir *t);
 void sqz_ptimes_dir_end(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t);
+/* stat of directory in as shown (taken under its io: never in the middle
+ * of background work on its entries). 0 or -errno. */
+int sqz_ptimes_stat_dir(struct sqz_fs *fs, struct sqz_inode *in,
+                        struct stat *st);
 /* A change through the mount is about to move in's backing ctime
  * (setattr, a write, link, rename, unlink, xattrs; a directory's entries):
  * a kept ctime that could still count is removed. */
 void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in);
+/* Under the writeback cache the kernel keeps a regular file's mtime and
+ * ctime itself from the entry that made its inode on (it tells its own
+ * changes by SETATTR); the file shows those after its data's commits and
+ * after a remount too. An entry given to the kernel (CREATE, LOOKUP): */
+void sqz_ptimes_kernel_seen(struct sqz_fs *fs, struct sqz_inode *in,
+                            const struct stat *attr);
+/* A SETATTR done (to_set, attr as the kernel sent them): the kernel's
+ * new times recorded and shown (sqz_ptimes_restore). */
+void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
+                           int to_set, const struct stat *attr);
+/* After the daemon wrote to the backing file: its mtime put back to the
+ * kernel's (or to the times the user set: utimes_kept) and the kernel's
+ * ctime kept. io held. */
+void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in);
+/* sqz_ptimes_user for each of up to four inodes (NULL: none). */
+void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
+                      struct sqz_inode *b, struct sqz_inode *c,
+                      struct sqz_inode *d);
 /* At mount: kept ctimes written by the mount before may count for a
  * little longer (until now + the bound). */
 void sqz_ptimes_mount(struct sqz_fs *fs);
