@@ -559,11 +559,17 @@ int sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
 int sqz_push_packed(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in);
 
 /* ---- wlock.c: one read-write mount per BACKING ---- */
-/* Before mounting (read-write mounts only): take the writer lock. -EBUSY
- * with a message naming the holder if another mount holds it. */
+/* Before mounting (read-write mounts only): take the writer lock. A holder
+ * that is leaving is waited for up to wait_writer= seconds (saying so on
+ * stderr). -EBUSY with a message naming the holder if another mount holds
+ * it. */
 int sqz_writer_lock(struct sqz_fs *fs, char *err, size_t errlen);
-/* After daemonizing: record this process as the holder. */
+/* After mounting and daemonizing: record this process and its mount as the
+ * holder. */
 int sqz_writer_lock_own(struct sqz_fs *fs);
+/* The request loop has ended: mark the lock file "leaving", so that the
+ * next mount of BACKING waits for this one instead of being refused. */
+void sqz_writer_leaving(struct sqz_fs *fs);
 void sqz_writer_unlock(struct sqz_fs *fs);
 
 /* ---- recompress.c ---- */

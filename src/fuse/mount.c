@@ -59,6 +59,9 @@ void sqz_mount_usage(FILE *out)
         "     nowriteback         no kernel writeback cache: every write(2)\n"
         "                         reaches the daemon at once (slower; the\n"
         "                         default is the cache, never with ro)\n"
+        "     wait_writer=SECS    wait at most SECS (default 30; 0: not at\n"
+        "                         all) for the previous writer of BACKING to\n"
+        "                         finish its unmount\n"
         "     ro                  read-only\n"
         "     allow_other         let other users in (implies\n"
         "                         default_permissions)\n"
@@ -516,6 +519,7 @@ int sqz_mount_main(int argc, char **argv)
         sqz_logf(SQZ_LOG_ERR, "request loop failed: %s", strerror(-rc));
 
 out_unmount:
+    sqz_writer_leaving(fs); /* the next mount waits for this one */
     sqz_tier_stop(fs);
     sqz_revalidate_stop(fs); /* it notifies the kernel through se */
     fuse_session_unmount(se);

@@ -22,6 +22,7 @@ void sqz_mount_opts_init(struct sqz_mount_opts *o)
     o->cache_bytes = SQZ_DEFAULT_CACHE_BYTES;
     o->readahead_bytes = SQZ_DEFAULT_READAHEAD_BYTES;
     o->revalidate_s = SQZ_DEFAULT_REVALIDATE_S;
+    o->wait_writer_s = SQZ_DEFAULT_WAIT_WRITER_S;
     o->min_saving = SQZ_MIN_SAVING_DEFAULT;
     o->tier_rate = SQZ_DEFAULT_TIER_RATE;
     o->writeback = 1; /* the kernel writeback cache; never with ro */
@@ -204,6 +205,20 @@ static int parse_threads(const char *v, int *out)
     return 0;
 }
 
+/* Whole seconds 0..max (val may be NULL: no value). 0 or -EINVAL. */
+static int parse_seconds(const char *val, long max, int *out)
+{
+    if (!val || !*val || *val == '-' || *val == '+')
+        return -EINVAL;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(val, &end, 10);
+    if (errno || *end || n < 0 || n > max)
+        return -EINVAL;
+    *out = (int)n;
+    return 0;
+}
+
 /* Handle one option (key, val; val NULL when there is no '='). */
 static int one_option(struct sqz_mount_opts *o, const char *key,
                       const char *val, char *err, size_t errlen)
@@ -266,20 +281,19 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
         return 0;
     }
     if (strcmp(key, "revalidate") == 0) {
-        char *end = NULL;
-        long n = -1;
-        if (has_val && *val && *val != '-' && *val != '+') {
-            errno = 0;
-            n = strtol(val, &end, 10);
-            if (errno || *end)
-                n = -1;
-        }
-        if (n < 0 || n > SQZ_MAX_REVALIDATE_S) {
+        if (parse_seconds(val, SQZ_MAX_REVALIDATE_S, &o->revalidate_s) != 0) {
             sqz_errf(err, errlen, "revalidate=%s: expected seconds 0..86400 "
                      "(0: only at open)", has_val ? val : "");
             return -EINVAL;
         }
-        o->revalidate_s = (int)n;
+        return 0;
+    }
+    if (strcmp(key, "wait_writer") == 0) {
+        if (parse_seconds(val, SQZ_MAX_WAIT_WRITER_S, &o->wait_writer_s) != 0) {
+            sqz_errf(err, errlen, "wait_writer=%s: expected seconds 0..3600 "
+                     "(0: do not wait)", has_val ? val : "");
+            return -EINVAL;
+        }
         return 0;
     }
     if (strcmp(key, "tier") == 0) {

@@ -16,6 +16,8 @@
 #define SQZ_MAX_READAHEAD_BYTES (64u * 1024u * 1024u)
 #define SQZ_DEFAULT_REVALIDATE_S 1
 #define SQZ_MAX_REVALIDATE_S 86400
+#define SQZ_DEFAULT_WAIT_WRITER_S 30
+#define SQZ_MAX_WAIT_WRITER_S 3600
 #define SQZ_DEFAULT_TIER_RATE (50ull << 20) /* tier_rate= 50M */
 #define SQZ_MAX_TIER_S (365LL * 86400)
 
@@ -30,6 +32,9 @@ struct sqz_mount_opts {
     int revalidate_s;       /* revalidate= seconds (read-only mounts: how
                                long an open descriptor may show a file
                                another mount changed; 0 = only at open) */
+    int wait_writer_s;      /* wait_writer= seconds a read-write mount waits
+                               for the previous writer of BACKING to finish
+                               its unmount (default 30; 0 = refuse at once) */
     unsigned min_saving;    /* min_saving= in permille (default 125) */
     long long tier_s;       /* tier= background tiering pass every N
                                seconds (0 = off, the default) */
@@ -52,7 +57,7 @@ struct sqz_mount_opts {
 };
 
 /* Defaults: compress=zstd:1/128K, cache=256M, readahead=1M, threads=0,
- * min_saving=12.5. */
+ * min_saving=12.5, wait_writer=30. */
 void sqz_mount_opts_init(struct sqz_mount_opts *o);
 /* Free what the struct owns (policy_file, fuse_opts); safe to call twice. */
 void sqz_mount_opts_free(struct sqz_mount_opts *o);

@@ -85,8 +85,24 @@ int sqz_mountinfo_fuse_dev(const char *mountinfo, const char *mnt, char *out,
     return found;
 }
 
-/* Read a whole (small, procfs) file into a malloc'd string. */
-static int slurp(const char *path, char **out)
+int sqz_mountinfo_has_dev(const char *mountinfo, const char *dev)
+{
+    size_t n = strlen(dev);
+    const char *line = mountinfo;
+    while (*line) {
+        const char *eol = strchr(line, '\n');
+        if (!eol)
+            eol = line + strlen(line);
+        const char *ds, *de;
+        if (field(line, eol, 2, &ds, &de) == 0 && (size_t)(de - ds) == n &&
+            memcmp(ds, dev, n) == 0)
+            return 1;
+        line = *eol ? eol + 1 : eol;
+    }
+    return 0;
+}
+
+int sqz_slurp(const char *path, char **out)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -130,7 +146,7 @@ static int slurp(const char *path, char **out)
 int sqz_set_mount_readahead(const char *mnt, size_t bytes)
 {
     char *info = NULL;
-    int rc = slurp("/proc/self/mountinfo", &info);
+    int rc = sqz_slurp("/proc/self/mountinfo", &info);
     if (rc < 0)
         return rc;
     char dev[64];
