@@ -6,8 +6,10 @@ has threads left), and its writer lock is still held. The new mount waits
 for a holder that is leaving (wait_writer=, default 30 s) instead of being
 refused; a holder that still serves its mount is refused at once.
 """
+import errno
 import fcntl
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -228,3 +230,99 @@ def test_holder_gone_from_its_mount_is_waited_for(tmp_path):
     threading.Timer(0.5, os.close, (fd,)).start()
     rc, out, took = mount_once(backing, mnt, "wait_writer=5")
     assert rc is None and "waiting for the previous writer" in out, (rc, took, out)
+
+
+# ---- mount -o remount,... -------------------------------------------------
+
+def mount_opts(path):
+    """(per-mount options, super block options) of the mount on path."""
+    path = os.path.realpath(path)
+    for line in open("/proc/self/mountinfo"):
+        a, b = line.split(" - ")
+        if a.split()[4] == path:
+            found = (a.split()[5].split(","), b.split()[2].split(","))
+    return found
+
+
+def remount(m, opts, backing=None):
+    """What `mount -o remount,OPTS M` runs: mount(8) calls the helper with
+    the mount's flags merged with OPTS plus "remount", and the helper hands
+    over to mount.fuse3, which runs `squeezefs BACKING M -o ...` (squeezefs
+    found through PATH). Without mount.fuse3, squeezefs directly."""
+    backing = str(backing or m.backing)
+    bindir = os.path.dirname(squeezefs_bin())
+    mf = shutil.which("mount.fuse3", path="/usr/sbin:/sbin:/usr/bin")
+    if mf:
+        cmd = [mf, backing, m.mnt, "-o", opts + ",remount", "-t", "fuse.squeezefs"]
+    else:
+        cmd = [squeezefs_bin(), backing, m.mnt, "-o", opts + ",remount"]
+    env = dict(os.environ, PATH=f"{bindir}:/usr/bin:/bin")
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_remount_changes_the_kernel_flags(mount_factory):
+    """remount,ro and back to rw, noatime, noexec: the kernel's flags
+    change, the daemon keeps serving (same process), the data stays."""
+    m = mount_factory()
+    with open(m.path("f"), "wb") as f:
+        f.write(b"before " * 1000)
+    r = remount(m, "ro,nosuid,nodev,relatime")
+    assert r.returncode == 0, r.stderr
+    mo, so = mount_opts(m.mnt)
+    assert "ro" in mo and "ro" in so, (mo, so)
+    with pytest.raises(OSError) as ei:
+        open(m.path("g"), "wb")
+    assert ei.value.errno == errno.EROFS
+    assert open(m.path("f"), "rb").read() == b"before " * 1000
+    r = remount(m, "rw,nosuid,nodev,noatime,noexec")
+    assert r.returncode == 0, r.stderr
+    mo, so = mount_opts(m.mnt)
+    assert {"rw", "noatime", "noexec", "nosuid", "nodev"} <= set(mo), mo
+    with open(m.path("g"), "wb") as f:
+        f.write(b"after " * 1000)
+    assert m.proc.poll() is None
+    assert m.unmount() == 0, m.log()
+    assert run_cli("cat", os.path.join(m.backing, "g")).stdout == "after " * 1000
+
+
+def test_remount_keeps_squeezefs_options_and_names_changed_ones(mount_factory):
+    """The mount's own options repeated (as fstab lines are) are fine; a
+    changed one fails the remount, naming it, and changes nothing."""
+    m = mount_factory(options=["compress=zstd:3", "block=64K", "cache=64M", "nopack"])
+    r = remount(m, "rw,nodev,compress=zstd:3,block=64K,cache=64M,nopack,noauto,_netdev")
+    assert r.returncode == 0, r.stderr
+    assert "nodev" in mount_opts(m.mnt)[0]
+    r = remount(m, "ro,compress=lz4,cache=1G,nopack,allow_root")
+    assert r.returncode != 0
+    for words in ("compress=lz4", "compress=zstd:3/64K", "cache=1G", "allow_root",
+                  "new mount"):
+        assert words in r.stderr, r.stderr
+    assert "nopack" not in r.stderr, r.stderr
+    assert "rw" in mount_opts(m.mnt)[0]  # nothing changed
+    with open(m.path("f"), "wb") as f:
+        f.write(b"x" * 100000)
+    assert m.unmount() == 0, m.log()
+
+
+def test_remount_rw_of_a_read_only_mount_is_refused(mount_factory):
+    m = mount_factory(options=["ro"])
+    r = remount(m, "rw")
+    assert r.returncode != 0 and "mounted read-only" in r.stderr, r.stderr
+    r = remount(m, "ro,noatime")
+    assert r.returncode == 0, r.stderr
+    assert "noatime" in mount_opts(m.mnt)[0]
+    assert m.unmount() == 0, m.log()
+
+
+def test_remount_of_something_else_is_refused(mount_factory, tmp_path):
+    m = mount_factory()
+    other = tmp_path / "other"
+    other.mkdir()
+    r = subprocess.run([squeezefs_bin(), "-o", "remount,ro", str(other), m.mnt],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and f"not of {other}" in r.stderr, r.stderr
+    r = subprocess.run([squeezefs_bin(), "-o", "remount,ro", m.backing, str(other)],
+                       capture_output=True, text=True)
+    assert r.returncode == 1 and "not a FUSE mount" in r.stderr, r.stderr
+    assert "rw" in mount_opts(m.mnt)[0]
+    assert m.unmount() == 0, m.log()

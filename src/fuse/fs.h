@@ -45,6 +45,7 @@
 #define SQZ_XATTR_EFFECTIVE "user.squeezefs.effective"
 #define SQZ_XATTR_RECOMPRESS "user.squeezefs.recompress"
 #define SQZ_XATTR_TIER "user.squeezefs.tier"
+#define SQZ_XATTR_OPTIONS "user.squeezefs.options"
 /* The same "tier it now" as an ioctl on an open descriptor (argument: the
  * rate in bytes/s, uint64_t, 0 = unlimited). squeezefs tier uses it: the
  * kernel holds a file's inode lock during setxattr, which would make
@@ -571,6 +572,13 @@ int sqz_writer_lock_own(struct sqz_fs *fs);
  * next mount of BACKING waits for this one instead of being refused. */
 void sqz_writer_leaving(struct sqz_fs *fs);
 void sqz_writer_unlock(struct sqz_fs *fs);
+
+/* ---- remount.c ---- */
+/* `squeezefs -o remount,OPTS BACKING MOUNTPOINT` (what mount -o remount
+ * runs through the helper): raw is every -o string, joined by ','. The
+ * kernel flags change; squeezefs and FUSE options must keep the mount's
+ * values (else a message naming them). Exit status: 0 or 1. */
+int sqz_remount(const char *raw, const char *backing, const char *mnt);
 
 /* ---- recompress.c ---- */
 /* Rewrite a regular file under spec (crash-safe temp + rename). */

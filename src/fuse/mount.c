@@ -63,6 +63,9 @@ void sqz_mount_usage(FILE *out)
         "                         all) for the previous writer of BACKING to\n"
         "                         finish its unmount\n"
         "     ro                  read-only\n"
+        "     remount             change the live mount on MOUNTPOINT (mount -o\n"
+        "                         remount): ro/rw, nosuid, nodev, noexec, the\n"
+        "                         atime options; other options keep its values\n"
         "     allow_other         let other users in (implies\n"
         "                         default_permissions)\n"
         "     default_permissions let the kernel check permissions\n"
@@ -128,10 +131,19 @@ struct cmdline {
     int foreground, debug, single;
     const char *pos[2];
     int npos;
+    char *raw; /* every -o string, joined by ',' (for a remount) */
 };
 
-static int add_opts(struct sqz_mount_opts *o, const char *s)
+static int add_opts(struct cmdline *cl, struct sqz_mount_opts *o, const char *s)
 {
+    size_t old = cl->raw ? strlen(cl->raw) : 0;
+    char *r = realloc(cl->raw, old + strlen(s) + 2);
+    if (!r) {
+        fprintf(stderr, "squeezefs: out of memory\n");
+        return -1;
+    }
+    cl->raw = r;
+    snprintf(r + old, strlen(s) + 2, "%s%s", old ? "," : "", s);
     char err[512];
     int rc = sqz_parse_mount_options(s, o, err, sizeof(err));
     if (rc) {
@@ -166,10 +178,10 @@ static int parse_cmdline(int argc, char **argv, struct cmdline *cl,
                     fprintf(stderr, "squeezefs: -o needs an argument\n");
                     return -1;
                 }
-                if (add_opts(o, argv[++i]))
+                if (add_opts(cl, o, argv[++i]))
                     return -1;
             } else if (strncmp(a, "-o", 2) == 0) {
-                if (add_opts(o, a + 2))
+                if (add_opts(cl, o, a + 2))
                     return -1;
             } else {
                 fprintf(stderr, "squeezefs: unknown option '%s' (see --help)\n", a);
@@ -392,6 +404,9 @@ int sqz_mount_main(int argc, char **argv)
     memset(&cl, 0, sizeof(cl));
 
     int pr = parse_cmdline(argc, argv, &cl, &fs->opts);
+    if (pr == 0 && fs->opts.remount) /* mount -o remount: no new mount */
+        pr = sqz_remount(cl.raw, cl.pos[0], cl.pos[1]) ? -1 : 1;
+    free(cl.raw);
     if (pr != 0) {
         sqz_mount_opts_free(&fs->opts);
         return pr > 0 ? 0 : 1;

@@ -47,6 +47,7 @@ struct sqz_mount_opts {
     int pack;               /* pack small closed files into pack files
                                (docs/FORMAT.md "Packed files"); nopack */
     int ro;                 /* -o ro */
+    int remount;            /* -o remount: change a live mount (remount.c) */
     int allow_other;        /* -o allow_other (forces default_permissions) */
     int default_permissions;
     int user_fsname;        /* fsname= given by the user */
@@ -70,6 +71,26 @@ void sqz_mount_opts_free(struct sqz_mount_opts *o);
  * error *out stays valid (free it with sqz_mount_opts_free). */
 int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
                             char *err, size_t errlen);
+
+/* Call fn(arg, key, val) for each element of a comma-separated option
+ * string, unescaped (val NULL when there is no '='), until fn returns
+ * non-zero; returns that, 0, or -ENOMEM. */
+int sqz_mount_opts_each(const char *optstring,
+                        int (*fn)(void *arg, const char *key, const char *val),
+                        void *arg);
+
+/* The options of a mount as text, one "key=value" line each, in canonical
+ * form (the value of getxattr user.squeezefs.options on the mount root):
+ * compress, cache, readahead, threads, min_saving, policy, tier (seconds),
+ * tier_rate, revalidate, wait_writer, writeback, pack, ro, allow_other,
+ * default_permissions (0/1), fuse (the options passed to FUSE). Returns
+ * the length, or -ENOSPC. */
+int sqz_mount_opts_describe(const struct sqz_mount_opts *o, char *buf, size_t n);
+
+/* The key of describe's line that squeezefs option `name` sets (block= sets
+ * "compress", nopack "pack", ...), or NULL if name is no squeezefs option
+ * of describe (ro, rw, FUSE and fstab options). */
+const char *sqz_mount_opt_key(const char *name);
 
 /* Apply the block= override to the spec. Call once after all -o. */
 void sqz_mount_opts_finish(struct sqz_mount_opts *o);

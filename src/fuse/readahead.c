@@ -50,8 +50,8 @@ static int field(const char *line, const char *eol, int i, const char **fs,
     }
 }
 
-int sqz_mountinfo_fuse_dev(const char *mountinfo, const char *mnt, char *out,
-                           size_t outlen)
+int sqz_mountinfo_fuse_line(const char *mountinfo, const char *mnt,
+                            const char **line_out, size_t *len_out)
 {
     int found = -ENOENT;
     char path[4096];
@@ -61,28 +61,42 @@ int sqz_mountinfo_fuse_dev(const char *mountinfo, const char *mnt, char *out,
         if (!eol)
             eol = line + strlen(line);
         /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE ... */
-        const char *ds, *de, *ms, *me;
+        const char *ms, *me;
         const char *sep = NULL;
         for (const char *p = line; p + 2 < eol; p++)
             if (p[0] == ' ' && p[1] == '-' && p[2] == ' ') {
                 sep = p;
                 break;
             }
-        if (sep && field(line, sep, 2, &ds, &de) == 0 &&
-            field(line, sep, 4, &ms, &me) == 0 &&
+        if (sep && field(line, sep, 4, &ms, &me) == 0 &&
             unescape_field(ms, me, path, sizeof(path)) == 0 &&
             strcmp(path, mnt) == 0 && eol - (sep + 3) >= 4 &&
             strncmp(sep + 3, "fuse", 4) == 0) {
-            size_t n = (size_t)(de - ds);
-            if (n + 1 > outlen)
-                return -ENAMETOOLONG;
-            memcpy(out, ds, n);
-            out[n] = '\0';
+            *line_out = line;
+            *len_out = (size_t)(eol - line);
             found = 0; /* keep going: a later line is a newer mount */
         }
         line = *eol ? eol + 1 : eol;
     }
     return found;
+}
+
+int sqz_mountinfo_fuse_dev(const char *mountinfo, const char *mnt, char *out,
+                           size_t outlen)
+{
+    const char *line, *ds, *de;
+    size_t len;
+    int rc = sqz_mountinfo_fuse_line(mountinfo, mnt, &line, &len);
+    if (rc < 0)
+        return rc;
+    if (field(line, line + len, 2, &ds, &de) != 0)
+        return -ENOENT;
+    size_t n = (size_t)(de - ds);
+    if (n + 1 > outlen)
+        return -ENAMETOOLONG;
+    memcpy(out, ds, n);
+    out[n] = '\0';
+    return 0;
 }
 
 int sqz_mountinfo_has_dev(const char *mountinfo, const char *dev)
