@@ -326,3 +326,61 @@ def test_remount_of_something_else_is_refused(mount_factory, tmp_path):
     assert r.returncode == 1 and "not a FUSE mount" in r.stderr, r.stderr
     assert "rw" in mount_opts(m.mnt)[0]
     assert m.unmount() == 0, m.log()
+
+
+# ---- BACKING mounted on itself (in place) ---------------------------------
+
+def run_refused(cmd, mnt):
+    """Run a mount that must be refused (without -f: it returns either
+    way); if it mounted after all, unmount it again."""
+    os.makedirs(mnt, exist_ok=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    if is_mounted(str(mnt)):
+        subprocess.run(["fusermount3", "-uz", str(mnt)], capture_output=True)
+        r.returncode = "mounted"
+    return r
+
+
+def test_backing_mounted_on_itself(tmp_path):
+    """`squeezefs D D`: programs keep their paths (a kdb+ HDB). Files
+    written through the mount are containers in D once it is unmounted, a
+    plain file that was there reads through, and it mounts in place again.
+    While it is mounted, another mount of D (read-only too) is refused with
+    a message naming the situation; so is a squeezefs mount as BACKING."""
+    d = tmp_path / "hdb"
+    d.mkdir()
+    (d / "old").write_bytes(b"plain before\n")
+    data = payload(7, 1 << 20)
+    m = Mount(d, d)
+    try:
+        assert open(m.path("old"), "rb").read() == b"plain before\n"
+        with open(m.path("col"), "wb") as f:
+            f.write(data)
+        assert sorted(os.listdir(d)) == ["col", "old"]
+        for opts in ((), ("-o", "ro")):
+            r = run_refused([squeezefs_bin(), *opts, str(d), str(tmp_path / "o")],
+                            tmp_path / "o")
+            assert r.returncode == 1, r.stdout + r.stderr
+            assert "is mounted on itself" in r.stderr, r.stderr
+    finally:
+        assert m.unmount() == 0, m.log()
+    st = run_cli("stat", "--json", d / "col").stdout
+    assert '"algorithm": "zstd"' in st, st
+    assert os.path.getsize(d / "col") < len(data) / 4
+    assert run_cli("cat", d / "col").stdout.encode() == data
+    with Mount(d, d) as m2:
+        assert open(m2.path("col"), "rb").read() == data
+        # a squeezefs mount (not in place) is no BACKING either
+        other = tmp_path / "nested"
+        r = run_refused([squeezefs_bin(), "-o", "ro", str(d), str(other)], other)
+        assert r.returncode == 1 and "mounted on itself" in r.stderr, r.stderr
+
+
+def test_squeezefs_mount_as_backing_is_refused(mount_factory, tmp_path):
+    m = mount_factory()
+    out = tmp_path / "o"
+    out.mkdir()
+    r = run_refused([squeezefs_bin(), "-o", "ro", m.mnt, str(out)], out)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert f"is a squeezefs mount (of {os.path.realpath(m.backing)})" in r.stderr, r.stderr
+    assert m.unmount() == 0, m.log()

@@ -21,6 +21,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/xattr.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -203,6 +205,34 @@ static int parse_cmdline(int argc, char **argv, struct cmdline *cl,
     return 0;
 }
 
+/* BACKING that is itself a squeezefs mount (its root answers
+ * user.squeezefs.options), most often a BACKING mounted on itself: its
+ * path now leads into that mount, which shows files, not containers, and
+ * keeps the daemon's hidden files out. 1 (refused, said on stderr) or 0. */
+static int backing_is_squeezefs(struct sqz_fs *fs)
+{
+    struct statfs sf;
+    if (fstatfs(fs->root_dirfd, &sf) != 0 || sf.f_type != 0x65735546) /* FUSE */
+        return 0;
+    char buf[4096], under[4096] = "?";
+    ssize_t n = fgetxattr(fs->root_dirfd, SQZ_XATTR_OPTIONS, buf, sizeof(buf) - 1);
+    if (n < 0)
+        return 0;
+    buf[n] = '\0';
+    if (strncmp(buf, "backing=", 8) == 0)
+        snprintf(under, sizeof(under), "%.*s", (int)strcspn(buf + 8, "\n"), buf + 8);
+    if (strcmp(under, fs->backing_real) == 0)
+        fprintf(stderr, "squeezefs: BACKING %s is mounted on itself (squeezefs %s "
+                "%s, in place): only that mount can reach the directory under "
+                "it. Unmount %s first\n", fs->backing_real, fs->backing_real,
+                fs->backing_real, fs->backing_real);
+    else
+        fprintf(stderr, "squeezefs: BACKING %s is a squeezefs mount (of %s): "
+                "use %s as BACKING, or unmount %s first\n", fs->backing_real,
+                under, under, fs->backing_real);
+    return 1;
+}
+
 /* Validate BACKING, load rules, open the root. Messages on stderr. */
 static int prepare_fs(struct sqz_fs *fs, const char *backing)
 {
@@ -237,11 +267,14 @@ static int prepare_fs(struct sqz_fs *fs, const char *backing)
         snprintf(fs->rules_name, sizeof(fs->rules_name), "%s",
                  b ? b + 1 : fs->opts.policy_file);
     }
+    /* Opened before mounting: BACKING may be the mount point (in place) */
     fs->root_dirfd = open(fs->backing_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fs->root_dirfd < 0) {
         fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(errno));
         return -1;
     }
+    if (backing_is_squeezefs(fs))
+        return -1;
     int rc = sqz_itable_init(fs, fs->backing_real);
     if (rc) {
         fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(-rc));
