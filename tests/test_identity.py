@@ -40,7 +40,7 @@ def test_packing_and_marks_leave_stat_alone(mount_factory):
              for i, n in enumerate(names)}
     for i, n in enumerate(names):
         wr(m.path(n), data(sizes[n], i))
-    names += ["d"]                      # its pack is made in d
+    names += ["d", ""]                  # the directories: a pack is made in d
     r1 = mount_factory(options=["ro"], backing=m.backing, name="r1")
     before = {n: shown(r1.path(n)) for n in names}
     assert r1.unmount() == 0, r1.log()

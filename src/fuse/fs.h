@@ -45,6 +45,7 @@
 #define SQZ_XATTR_EFFECTIVE "user.squeezefs.effective"
 #define SQZ_XATTR_RECOMPRESS "user.squeezefs.recompress"
 #define SQZ_XATTR_TIER "user.squeezefs.tier"
+#define SQZ_XATTR_OPTIONS "user.squeezefs.options"
 /* The same "tier it now" as an ioctl on an open descriptor (argument: the
  * rate in bytes/s, uint64_t, 0 = unlimited). squeezefs tier uses it: the
  * kernel holds a file's inode lock during setxattr, which would make
@@ -575,14 +576,6 @@ int sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
  * reads that follow need no READ. 1 when every page was pushed (the open
  * may keep the kernel's cache), else 0. */
 int sqz_push_packed(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in);
-
-/* ---- wlock.c: one read-write mount per BACKING ---- */
-/* Before mounting (read-write mounts only): take the writer lock. -EBUSY
- * with a message naming the holder if another mount holds it. */
-int sqz_writer_lock(struct sqz_fs *fs, char *err, size_t errlen);
-/* After daemonizing: record this process as the holder. */
-int sqz_writer_lock_own(struct sqz_fs *fs);
-void sqz_writer_unlock(struct sqz_fs *fs);
 
 /* ---- recompress.c ---- */
 /* Rewrite a regular file under spec (crash-safe temp + rename). */

@@ -9,6 +9,7 @@
  * shutdown.c) and unmount end the loop; op_destroy commits and
  * fsyncs every open file; the exit status is 0 unless that failed. */
 #include "fuse/fs.h"
+#include "fuse/mountlife.h"
 #include "fuse/ptimes.h"
 #include "common/lockorder.h"
 #include "fuse/fuse_main.h"
@@ -22,6 +23,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <sys/xattr.h>
 #include <syslog.h>
 #include <unistd.h>
 
@@ -60,7 +63,13 @@ void sqz_mount_usage(FILE *out)
         "     nowriteback         no kernel writeback cache: every write(2)\n"
         "                         reaches the daemon at once (slower; the\n"
         "                         default is the cache, never with ro)\n"
+        "     wait_writer=SECS    wait at most SECS (default 30; 0: not at\n"
+        "                         all) for the previous writer of BACKING to\n"
+        "                         finish its unmount\n"
         "     ro                  read-only\n"
+        "     remount             change the live mount on MOUNTPOINT (mount -o\n"
+        "                         remount): ro/rw, nosuid, nodev, noexec, the\n"
+        "                         atime options; other options keep its values\n"
         "     allow_other         let other users in (implies\n"
         "                         default_permissions)\n"
         "     default_permissions let the kernel check permissions\n"
@@ -126,10 +135,19 @@ struct cmdline {
     int foreground, debug, single;
     const char *pos[2];
     int npos;
+    char *raw; /* every -o string, joined by ',' (for a remount) */
 };
 
-static int add_opts(struct sqz_mount_opts *o, const char *s)
+static int add_opts(struct cmdline *cl, struct sqz_mount_opts *o, const char *s)
 {
+    size_t old = cl->raw ? strlen(cl->raw) : 0;
+    char *r = realloc(cl->raw, old + strlen(s) + 2);
+    if (!r) {
+        fprintf(stderr, "squeezefs: out of memory\n");
+        return -1;
+    }
+    cl->raw = r;
+    snprintf(r + old, strlen(s) + 2, "%s%s", old ? "," : "", s);
     char err[512];
     int rc = sqz_parse_mount_options(s, o, err, sizeof(err));
     if (rc) {
@@ -164,10 +182,10 @@ static int parse_cmdline(int argc, char **argv, struct cmdline *cl,
                     fprintf(stderr, "squeezefs: -o needs an argument\n");
                     return -1;
                 }
-                if (add_opts(o, argv[++i]))
+                if (add_opts(cl, o, argv[++i]))
                     return -1;
             } else if (strncmp(a, "-o", 2) == 0) {
-                if (add_opts(o, a + 2))
+                if (add_opts(cl, o, a + 2))
                     return -1;
             } else {
                 fprintf(stderr, "squeezefs: unknown option '%s' (see --help)\n", a);
@@ -187,6 +205,34 @@ static int parse_cmdline(int argc, char **argv, struct cmdline *cl,
     }
     sqz_mount_opts_finish(o);
     return 0;
+}
+
+/* BACKING that is itself a squeezefs mount (its root answers
+ * user.squeezefs.options), most often a BACKING mounted on itself: its
+ * path now leads into that mount, which shows files, not containers, and
+ * keeps the daemon's hidden files out. 1 (refused, said on stderr) or 0. */
+static int backing_is_squeezefs(struct sqz_fs *fs)
+{
+    struct statfs sf;
+    if (fstatfs(fs->root_dirfd, &sf) != 0 || sf.f_type != 0x65735546) /* FUSE */
+        return 0;
+    char buf[4096], under[4096] = "?";
+    ssize_t n = fgetxattr(fs->root_dirfd, SQZ_XATTR_OPTIONS, buf, sizeof(buf) - 1);
+    if (n < 0)
+        return 0;
+    buf[n] = '\0';
+    if (strncmp(buf, "backing=", 8) == 0)
+        snprintf(under, sizeof(under), "%.*s", (int)strcspn(buf + 8, "\n"), buf + 8);
+    if (strcmp(under, fs->backing_real) == 0)
+        fprintf(stderr, "squeezefs: BACKING %s is mounted on itself (squeezefs %s "
+                "%s, in place): only that mount can reach the directory under "
+                "it. Unmount %s first\n", fs->backing_real, fs->backing_real,
+                fs->backing_real, fs->backing_real);
+    else
+        fprintf(stderr, "squeezefs: BACKING %s is a squeezefs mount (of %s): "
+                "use %s as BACKING, or unmount %s first\n", fs->backing_real,
+                under, under, fs->backing_real);
+    return 1;
 }
 
 /* Validate BACKING, load rules, open the root. Messages on stderr. */
@@ -223,11 +269,14 @@ static int prepare_fs(struct sqz_fs *fs, const char *backing)
         snprintf(fs->rules_name, sizeof(fs->rules_name), "%s",
                  b ? b + 1 : fs->opts.policy_file);
     }
+    /* Opened before mounting: BACKING may be the mount point (in place) */
     fs->root_dirfd = open(fs->backing_real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fs->root_dirfd < 0) {
         fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(errno));
         return -1;
     }
+    if (backing_is_squeezefs(fs))
+        return -1;
     int rc = sqz_itable_init(fs, fs->backing_real);
     if (rc) {
         fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(-rc));
@@ -390,6 +439,9 @@ int sqz_mount_main(int argc, char **argv)
     memset(&cl, 0, sizeof(cl));
 
     int pr = parse_cmdline(argc, argv, &cl, &fs->opts);
+    if (pr == 0 && fs->opts.remount) /* mount -o remount: no new mount */
+        pr = sqz_remount(cl.raw, cl.pos[0], cl.pos[1]) ? -1 : 1;
+    free(cl.raw);
     if (pr != 0) {
         sqz_mount_opts_free(&fs->opts);
         return pr > 0 ? 0 : 1;
@@ -518,6 +570,7 @@ int sqz_mount_main(int argc, char **argv)
         sqz_logf(SQZ_LOG_ERR, "request loop failed: %s", strerror(-rc));
 
 out_unmount:
+    sqz_writer_leaving(fs); /* the next mount waits for this one */
     sqz_tier_stop(fs);
     sqz_revalidate_stop(fs); /* it notifies the kernel through se */
     fuse_session_unmount(se);

@@ -7,7 +7,8 @@
  *    user.squeezefs.effective (any: "SPEC SOURCE WHERE"),
  *    user.squeezefs.recompress (set only: rewrite the file),
  *    user.squeezefs.tier (get: the tier status as JSON; set: tier the file
- *    now, see tier_job.c).
+ *    now, see tier_job.c), user.squeezefs.options (mount root: the mount's
+ *    options, sqz_mount_opts_describe; read by a remount, remount.c).
  *  - user.squeezefs.policy is real but validated, owner or root only.
  * And the ioctl SQZ_IOC_TIER: user.squeezefs.tier's "tier it now" on an
  * open descriptor. */
@@ -51,7 +52,8 @@ static int is_virtual(const char *name)
            strcmp(name, SQZ_XATTR_STAT) == 0 ||
            strcmp(name, SQZ_XATTR_EFFECTIVE) == 0 ||
            strcmp(name, SQZ_XATTR_RECOMPRESS) == 0 ||
-           strcmp(name, SQZ_XATTR_TIER) == 0;
+           strcmp(name, SQZ_XATTR_TIER) == 0 ||
+           strcmp(name, SQZ_XATTR_OPTIONS) == 0;
 }
 
 static int caller_owns(fuse_req_t req, struct sqz_inode *in)
@@ -168,6 +170,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
     if (strcmp(name, SQZ_XATTR_STATS) == 0) {
         if (in->is_root)
             len = stats_json(fs, buf, sizeof(buf));
+    } else if (strcmp(name, SQZ_XATTR_OPTIONS) == 0) {
+        if (in->is_root) {
+            int n = snprintf(buf, sizeof(buf), "backing=%s\n", fs->backing_real);
+            len = n < 0 || (size_t)n >= sizeof(buf) ? -ENOSPC
+                  : sqz_mount_opts_describe(&fs->opts, buf + n, sizeof(buf) - (size_t)n);
+            if (len >= 0)
+                len += n;
+        }
     } else if (strcmp(name, SQZ_XATTR_STAT) == 0) {
         struct sqz_ctr_stat st;
         len = sqz_content_ctr_stat(fs, in, &st);

@@ -22,6 +22,7 @@ void sqz_mount_opts_init(struct sqz_mount_opts *o)
     o->cache_bytes = SQZ_DEFAULT_CACHE_BYTES;
     o->readahead_bytes = SQZ_DEFAULT_READAHEAD_BYTES;
     o->revalidate_s = SQZ_DEFAULT_REVALIDATE_S;
+    o->wait_writer_s = SQZ_DEFAULT_WAIT_WRITER_S;
     o->min_saving = SQZ_MIN_SAVING_DEFAULT;
     o->tier_rate = SQZ_DEFAULT_TIER_RATE;
     o->writeback = 1; /* the kernel writeback cache; never with ro */
@@ -204,6 +205,20 @@ static int parse_threads(const char *v, int *out)
     return 0;
 }
 
+/* Whole seconds 0..max (val may be NULL: no value). 0 or -EINVAL. */
+static int parse_seconds(const char *val, long max, int *out)
+{
+    if (!val || !*val || *val == '-' || *val == '+')
+        return -EINVAL;
+    char *end = NULL;
+    errno = 0;
+    long n = strtol(val, &end, 10);
+    if (errno || *end || n < 0 || n > max)
+        return -EINVAL;
+    *out = (int)n;
+    return 0;
+}
+
 /* Handle one option (key, val; val NULL when there is no '='). */
 static int one_option(struct sqz_mount_opts *o, const char *key,
                       const char *val, char *err, size_t errlen)
@@ -266,20 +281,19 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
         return 0;
     }
     if (strcmp(key, "revalidate") == 0) {
-        char *end = NULL;
-        long n = -1;
-        if (has_val && *val && *val != '-' && *val != '+') {
-            errno = 0;
-            n = strtol(val, &end, 10);
-            if (errno || *end)
-                n = -1;
-        }
-        if (n < 0 || n > SQZ_MAX_REVALIDATE_S) {
+        if (parse_seconds(val, SQZ_MAX_REVALIDATE_S, &o->revalidate_s) != 0) {
             sqz_errf(err, errlen, "revalidate=%s: expected seconds 0..86400 "
                      "(0: only at open)", has_val ? val : "");
             return -EINVAL;
         }
-        o->revalidate_s = (int)n;
+        return 0;
+    }
+    if (strcmp(key, "wait_writer") == 0) {
+        if (parse_seconds(val, SQZ_MAX_WAIT_WRITER_S, &o->wait_writer_s) != 0) {
+            sqz_errf(err, errlen, "wait_writer=%s: expected seconds 0..3600 "
+                     "(0: do not wait)", has_val ? val : "");
+            return -EINVAL;
+        }
         return 0;
     }
     if (strcmp(key, "tier") == 0) {
@@ -342,6 +356,10 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
         o->pack = key[0] == 'p';
         return 0;
     }
+    if (!has_val && strcmp(key, "remount") == 0) {
+        o->remount = 1; /* mount.c hands the whole command to remount.c */
+        return 0;
+    }
     if (!has_val && strcmp(key, "ro") == 0) {
         o->ro = 1;
         return 0;
@@ -376,15 +394,10 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
     return -EINVAL;
 }
 
-int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
-                            char *err, size_t errlen)
+int sqz_mount_opts_each(const char *optstring,
+                        int (*fn)(void *arg, const char *key, const char *val),
+                        void *arg)
 {
-    if (err && errlen)
-        err[0] = '\0';
-    if (!optstring || !out) {
-        sqz_errf(err, errlen, "no option string");
-        return -EINVAL;
-    }
     size_t len = strlen(optstring);
     char *buf = malloc(len + 1);
     if (!buf)
@@ -411,13 +424,79 @@ int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
             buf[eq] = '\0';
             val = buf + eq + 1;
         }
-        rc = one_option(out, buf, val, err, errlen);
+        rc = fn(arg, buf, val);
         if (*p != ',')
             break;
         p++;
     }
     free(buf);
+    return rc;
+}
+
+struct parse_ctx {
+    struct sqz_mount_opts *o;
+    char *err;
+    size_t errlen;
+};
+
+static int parse_one(void *arg, const char *key, const char *val)
+{
+    struct parse_ctx *c = arg;
+    return one_option(c->o, key, val, c->err, c->errlen);
+}
+
+int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
+                            char *err, size_t errlen)
+{
+    if (err && errlen)
+        err[0] = '\0';
+    if (!optstring || !out) {
+        sqz_errf(err, errlen, "no option string");
+        return -EINVAL;
+    }
+    struct parse_ctx c = {out, err, errlen};
+    int rc = sqz_mount_opts_each(optstring, parse_one, &c);
     if (rc == -ENOMEM)
         sqz_errf(err, errlen, "out of memory");
     return rc;
+}
+
+const char *sqz_mount_opt_key(const char *name)
+{
+    static const char *const own[] = {
+        "cache", "readahead", "threads", "min_saving", "policy", "tier",
+        "tier_rate", "revalidate", "wait_writer", "allow_other",
+        "default_permissions", NULL,
+    };
+    if (strcmp(name, "compress") == 0 || strcmp(name, "block") == 0)
+        return "compress";
+    if (strcmp(name, "writeback") == 0 || strcmp(name, "nowriteback") == 0 ||
+        strcmp(name, "writeback_cache") == 0 ||
+        strcmp(name, "no_writeback_cache") == 0)
+        return "writeback";
+    if (strcmp(name, "pack") == 0 || strcmp(name, "nopack") == 0)
+        return "pack";
+    for (size_t i = 0; own[i]; i++)
+        if (strcmp(name, own[i]) == 0)
+            return own[i];
+    return NULL;
+}
+
+int sqz_mount_opts_describe(const struct sqz_mount_opts *o, char *buf, size_t n)
+{
+    char spec[128];
+    if (sqz_spec_format(&o->spec, spec, sizeof(spec)) < 0)
+        snprintf(spec, sizeof(spec), "?");
+    int len = snprintf(buf, n,
+        "compress=%s\ncache=%zu\nreadahead=%zu\nthreads=%d\nmin_saving=%u.%u\n"
+        "policy=%s\ntier=%lld\ntier_rate=%llu\nrevalidate=%d\nwait_writer=%d\n"
+        "writeback=%d\npack=%d\nro=%d\nallow_other=%d\ndefault_permissions=%d\n"
+        "fuse=%s\n",
+        spec, o->cache_bytes, o->readahead_bytes, o->threads,
+        o->min_saving / 10, o->min_saving % 10,
+        o->policy_file ? o->policy_file : "", o->tier_s, o->tier_rate,
+        o->revalidate_s, o->wait_writer_s, o->writeback, o->pack, o->ro,
+        o->allow_other, o->default_permissions,
+        o->fuse_opts ? o->fuse_opts : "");
+    return len < 0 ? -EINVAL : (size_t)len >= n ? -ENOSPC : len;
 }

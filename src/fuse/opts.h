@@ -16,6 +16,8 @@
 #define SQZ_MAX_READAHEAD_BYTES (64u * 1024u * 1024u)
 #define SQZ_DEFAULT_REVALIDATE_S 1
 #define SQZ_MAX_REVALIDATE_S 86400
+#define SQZ_DEFAULT_WAIT_WRITER_S 30
+#define SQZ_MAX_WAIT_WRITER_S 3600
 #define SQZ_DEFAULT_TIER_RATE (50ull << 20) /* tier_rate= 50M */
 #define SQZ_MAX_TIER_S (365LL * 86400)
 
@@ -30,6 +32,9 @@ struct sqz_mount_opts {
     int revalidate_s;       /* revalidate= seconds (read-only mounts: how
                                long an open descriptor may show a file
                                another mount changed; 0 = only at open) */
+    int wait_writer_s;      /* wait_writer= seconds a read-write mount waits
+                               for the previous writer of BACKING to finish
+                               its unmount (default 30; 0 = refuse at once) */
     unsigned min_saving;    /* min_saving= in permille (default 125) */
     long long tier_s;       /* tier= background tiering pass every N
                                seconds (0 = off, the default) */
@@ -42,6 +47,7 @@ struct sqz_mount_opts {
     int pack;               /* pack small closed files into pack files
                                (docs/FORMAT.md "Packed files"); nopack */
     int ro;                 /* -o ro */
+    int remount;            /* -o remount: change a live mount (remount.c) */
     int allow_other;        /* -o allow_other (forces default_permissions) */
     int default_permissions;
     int user_fsname;        /* fsname= given by the user */
@@ -52,7 +58,7 @@ struct sqz_mount_opts {
 };
 
 /* Defaults: compress=zstd:1/128K, cache=256M, readahead=1M, threads=0,
- * min_saving=12.5. */
+ * min_saving=12.5, wait_writer=30. */
 void sqz_mount_opts_init(struct sqz_mount_opts *o);
 /* Free what the struct owns (policy_file, fuse_opts); safe to call twice. */
 void sqz_mount_opts_free(struct sqz_mount_opts *o);
@@ -65,6 +71,26 @@ void sqz_mount_opts_free(struct sqz_mount_opts *o);
  * error *out stays valid (free it with sqz_mount_opts_free). */
 int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
                             char *err, size_t errlen);
+
+/* Call fn(arg, key, val) for each element of a comma-separated option
+ * string, unescaped (val NULL when there is no '='), until fn returns
+ * non-zero; returns that, 0, or -ENOMEM. */
+int sqz_mount_opts_each(const char *optstring,
+                        int (*fn)(void *arg, const char *key, const char *val),
+                        void *arg);
+
+/* The options of a mount as text, one "key=value" line each, in canonical
+ * form (the value of getxattr user.squeezefs.options on the mount root):
+ * compress, cache, readahead, threads, min_saving, policy, tier (seconds),
+ * tier_rate, revalidate, wait_writer, writeback, pack, ro, allow_other,
+ * default_permissions (0/1), fuse (the options passed to FUSE). Returns
+ * the length, or -ENOSPC. */
+int sqz_mount_opts_describe(const struct sqz_mount_opts *o, char *buf, size_t n);
+
+/* The key of describe's line that squeezefs option `name` sets (block= sets
+ * "compress", nopack "pack", ...), or NULL if name is no squeezefs option
+ * of describe (ro, rw, FUSE and fstab options). */
+const char *sqz_mount_opt_key(const char *name);
 
 /* Apply the block= override to the spec. Call once after all -o. */
 void sqz_mount_opts_finish(struct sqz_mount_opts *o);

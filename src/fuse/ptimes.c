@@ -176,7 +176,8 @@ void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
     t->ok = 1;
     /* its io, exclusive: stat through the mount (sqz_ptimes_stat_dir)
      * sees it before the change or after its times are put back */
-    t->in = sqz_inode_find_ref(fs, t->before.st_dev, t->before.st_ino);
+    t->in = fs ? sqz_inode_find_ref(fs, t->before.st_dev, t->before.st_ino)
+               : NULL;
     if (t->in) {
         SQZ_WRLOCK(&t->in->io, SQZ_RANK_IO);
         if (fstat(dfd, &t->before) != 0)

@@ -31,7 +31,8 @@ void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
 /* Background work that adds or removes entries of a backing directory
  * (pack files): begin before, end after; the directory then shows the
  * mtime and ctime it had, unless a change through the mount came
- * meanwhile. dfd: the directory opened (not O_PATH). */
+ * meanwhile. dfd: the directory opened (not O_PATH). fs NULL: no
+ * change through the mount can come (before it serves, after it ended). */
 struct sqz_ptimes_dir {
     struct sqz_inode *in; /* its inode (open reference) or NULL */
     struct stat before;

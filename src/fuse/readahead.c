@@ -50,8 +50,8 @@ static int field(const char *line, const char *eol, int i, const char **fs,
     }
 }
 
-int sqz_mountinfo_fuse_dev(const char *mountinfo, const char *mnt, char *out,
-                           size_t outlen)
+int sqz_mountinfo_fuse_line(const char *mountinfo, const char *mnt,
+                            const char **line_out, size_t *len_out)
 {
     int found = -ENOENT;
     char path[4096];
@@ -61,23 +61,19 @@ int sqz_mountinfo_fuse_dev(const char *mountinfo, const char *mnt, char *out,
         if (!eol)
             eol = line + strlen(line);
         /* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - FSTYPE ... */
-        const char *ds, *de, *ms, *me;
+        const char *ms, *me;
         const char *sep = NULL;
         for (const char *p = line; p + 2 < eol; p++)
             if (p[0] == ' ' && p[1] == '-' && p[2] == ' ') {
                 sep = p;
                 break;
             }
-        if (sep && field(line, sep, 2, &ds, &de) == 0 &&
-            field(line, sep, 4, &ms, &me) == 0 &&
+        if (sep && field(line, sep, 4, &ms, &me) == 0 &&
             unescape_field(ms, me, path, sizeof(path)) == 0 &&
             strcmp(path, mnt) == 0 && eol - (sep + 3) >= 4 &&
             strncmp(sep + 3, "fuse", 4) == 0) {
-            size_t n = (size_t)(de - ds);
-            if (n + 1 > outlen)
-                return -ENAMETOOLONG;
-            memcpy(out, ds, n);
-            out[n] = '\0';
+            *line_out = line;
+            *len_out = (size_t)(eol - line);
             found = 0; /* keep going: a later line is a newer mount */
         }
         line = *eol ? eol + 1 : eol;
@@ -85,8 +81,42 @@ int sqz_mountinfo_fuse_dev(const char *mountinfo, const char *mnt, char *out,
     return found;
 }
 
-/* Read a whole (small, procfs) file into a malloc'd string. */
-static int slurp(const char *path, char **out)
+int sqz_mountinfo_fuse_dev(const char *mountinfo, const char *mnt, char *out,
+                           size_t outlen)
+{
+    const char *line, *ds, *de;
+    size_t len;
+    int rc = sqz_mountinfo_fuse_line(mountinfo, mnt, &line, &len);
+    if (rc < 0)
+        return rc;
+    if (field(line, line + len, 2, &ds, &de) != 0)
+        return -ENOENT;
+    size_t n = (size_t)(de - ds);
+    if (n + 1 > outlen)
+        return -ENAMETOOLONG;
+    memcpy(out, ds, n);
+    out[n] = '\0';
+    return 0;
+}
+
+int sqz_mountinfo_has_dev(const char *mountinfo, const char *dev)
+{
+    size_t n = strlen(dev);
+    const char *line = mountinfo;
+    while (*line) {
+        const char *eol = strchr(line, '\n');
+        if (!eol)
+            eol = line + strlen(line);
+        const char *ds, *de;
+        if (field(line, eol, 2, &ds, &de) == 0 && (size_t)(de - ds) == n &&
+            memcmp(ds, dev, n) == 0)
+            return 1;
+        line = *eol ? eol + 1 : eol;
+    }
+    return 0;
+}
+
+int sqz_slurp(const char *path, char **out)
 {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
@@ -130,7 +160,7 @@ static int slurp(const char *path, char **out)
 int sqz_set_mount_readahead(const char *mnt, size_t bytes)
 {
     char *info = NULL;
-    int rc = slurp("/proc/self/mountinfo", &info);
+    int rc = sqz_slurp("/proc/self/mountinfo", &info);
     if (rc < 0)
         return rc;
     char dev[64];

@@ -19,6 +19,19 @@
 int sqz_mountinfo_fuse_dev(const char *mountinfo, const char *mnt, char *out,
                            size_t outlen);
 
+/* The newest line of the mountinfo text that is a FUSE mount on `mnt`
+ * (without its newline): 0, or -ENOENT. Pure. */
+int sqz_mountinfo_fuse_line(const char *mountinfo, const char *mnt,
+                            const char **line, size_t *len);
+
+/* 1 if some line of the mountinfo text is a mount of the device "MAJ:MIN"
+ * (any file system type, any mount point), else 0. Pure. */
+int sqz_mountinfo_has_dev(const char *mountinfo, const char *dev);
+
+/* Read a whole small (procfs) file into a malloc'd, NUL-terminated string.
+ * 0 or a negative errno. */
+int sqz_slurp(const char *path, char **out);
+
 /* Set read_ahead_kb of the FUSE mount on `mnt` (found in
  * /proc/self/mountinfo) to bytes/1024. Call only after the kernel
  * processed the FUSE INIT reply (which clamps the window); any request
