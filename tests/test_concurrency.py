@@ -213,7 +213,7 @@ os.close(fd)
 """
 
 
-@pytest.mark.parametrize("opts", [[], ["nowriteback"]])
+@pytest.mark.parametrize("opts", [[], ["nowriteback"]], ids=["writeback", "nowriteback"])
 def test_two_process_o_append(mount_factory, opts):
     m = mount_factory(options=opts)
     p = m.path("shared.log")

@@ -20,9 +20,10 @@ def rounds():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("options,mode", [((), "mixed"), (("compress=lz4/4K",), "mixed"),
+@pytest.mark.parametrize("options,mode", [((), "mixed"),
+                                          (("compress=lz4/4K", "nowriteback"), "mixed"),
                                           ((), "small")],
-                         ids=["default", "lz4-4K", "small-files"])
+                         ids=["default", "lz4-4K-nowriteback", "small-files"])
 def test_kill9_during_workload(mount_factory, tmp_path, options, mode):
     n = rounds() if not options and mode == "mixed" else max(6, rounds() // 4)
     base, seeds = round_seeds(n)
