@@ -10,6 +10,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mountlib import Mount, require_fuse, squeezefs_bin, run_cli, system_python  # noqa: E402
 
 
+LONG_ONLY = "long mode only (tools/test.sh --long)"
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: long-running test (tools/test.sh --long runs more)")
     config.addinivalue_line("markers", "long: only with SQZ_LONG=1 (tools/test.sh --long)")
@@ -22,9 +25,6 @@ def pytest_collection_modifyitems(config, items):
     for it in items:
         if "long" in it.keywords:
             it.add_marker(skip)
-
-
-LONG_ONLY = "long mode only (tools/test.sh --long)"
 
 
 def _skip_reason(rep):
