@@ -7,7 +7,10 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mountlib import Mount, squeezefs_bin, run_cli, system_python  # noqa: E402
+from mountlib import Mount, require_fuse, squeezefs_bin, run_cli, system_python  # noqa: E402
+
+
+LONG_ONLY = "long mode only (tools/test.sh --long)"
 
 
 def pytest_configure(config):
@@ -18,10 +21,36 @@ def pytest_configure(config):
 def pytest_collection_modifyitems(config, items):
     if os.environ.get("SQZ_LONG") == "1":
         return
-    skip = pytest.mark.skip(reason="long mode only (tools/test.sh --long)")
+    skip = pytest.mark.skip(reason=LONG_ONLY)
     for it in items:
         if "long" in it.keywords:
             it.add_marker(skip)
+
+
+def _skip_reason(rep):
+    lr = rep.longrepr
+    reason = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else str(lr)
+    return reason[len("Skipped: "):] if reason.startswith("Skipped: ") else reason
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The stage summary says how many tests that carry a promise did not
+    run, and why (a skip is not a pass). The long-mode-only tests are
+    counted apart: the default run covers their promises at a smaller
+    size."""
+    counts, long_only = {}, 0
+    for rep in terminalreporter.stats.get("skipped", []):
+        reason = _skip_reason(rep)
+        if reason == LONG_ONLY:
+            long_only += 1
+        else:
+            counts[reason] = counts.get(reason, 0) + 1
+    n = sum(counts.values())
+    why = "; ".join(f"{v}x {k}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+    terminalreporter.write_sep("-", "skips")
+    terminalreporter.write_line(f"skipped promise-carrying tests: {n}" + (f" ({why})" if n else ""))
+    if long_only:
+        terminalreporter.write_line(f"long-mode-only tests not run: {long_only}")
 
 
 @pytest.fixture(scope="session")
@@ -37,16 +66,11 @@ def cli(sqz_bin):
     return run_cli
 
 
-def fuse_available():
-    return os.path.exists("/dev/fuse") and shutil.which("fusermount3") is not None
-
-
 @pytest.fixture
 def mount_factory(tmp_path, sqz_bin):
     """mount_factory(options=(), backing=None, name='mnt') -> Mount.
     Every mount made here is unmounted at teardown, whatever happened."""
-    if not fuse_available():
-        pytest.skip("FUSE is not available (/dev/fuse or fusermount3 missing)")
+    require_fuse()
     made = []
 
     def make(options=(), backing=None, name="mnt", **kw):
@@ -78,8 +102,7 @@ def public_mount_factory(sqz_bin):
     it as another user (e.g. uid 65534 with -o allow_other).
     public_mount_factory(options=(), backing=None, name='mnt') -> Mount."""
     import tempfile
-    if not fuse_available():
-        pytest.skip("FUSE is not available (/dev/fuse or fusermount3 missing)")
+    require_fuse()
     base = tempfile.mkdtemp(prefix="sqz-public-")
     os.chmod(base, 0o755)
     made = []

@@ -23,8 +23,13 @@ import subprocess
 import sys
 import time
 
+# The writer's exit status when an operation failed (it never stops
+# otherwise); its stderr then ends with "STOPPED <monotonic time> <errno> <message>".
+STOPPED_BY_ERROR = 4
+
 WRITER = r'''
 import hashlib, os, random, sys, time
+STOPPED_BY_ERROR = 4
 mnt, logpath, seed, nfiles, prefix = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
 mode = sys.argv[6]
 rnd = random.Random(seed)
@@ -105,8 +110,10 @@ try:
             done += os.pwrite(fd, data[done:], off + done)
         sizes[name] = max(sizes[name], off + n)
 except OSError as e:
-    sys.stderr.write(f"writer stopped: {e}\n")
-    sys.exit(0)
+    # the only way out of the loops: the daemon died under the writer, or
+    # an operation failed before that (the test compares with the kill time)
+    sys.stderr.write(f"STOPPED {time.monotonic():.6f} {e.errno} {e}\n")
+    sys.exit(STOPPED_BY_ERROR)
 '''
 
 
@@ -141,6 +148,25 @@ def stop_writer(p, timeout=30):
         p.kill()
         _, err = p.communicate()
     return err.decode(errors="replace") if err else ""
+
+
+def kill_under_writer(m, w, ctx):
+    """kill -9 the daemon of mount m under the running writer w, then stop
+    the writer. The writer must have stopped on an error that came after
+    the kill: an error before it (EIO from the daemon, say) is a failure
+    the crash would otherwise hide."""
+    killed_at = time.monotonic()
+    m.kill()
+    err = stop_writer(w)
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    assert w.returncode == STOPPED_BY_ERROR and last.startswith("STOPPED "), (
+        f"{ctx}: the writer did not stop on an error of the dead mount "
+        f"(exit {w.returncode}):\n{err}")
+    t, errno_, msg = last.split(" ", 3)[1:]
+    assert float(t) >= killed_at, (
+        f"{ctx}: the writer got errno {errno_} ({msg}) {killed_at - float(t):.3f}s "
+        f"BEFORE the daemon was killed:\n{err}\n--- daemon log:\n{m.log()[-3000:]}")
+    return err
 
 
 def parse_log(logpath):

@@ -10,7 +10,8 @@ Everything is torn down by stop(): client unmounts, volume stop + delete,
 then the brick and glusterd processes, by the pids they wrote.
 
 Only one glusterd can listen on port 24007 per network namespace: if one is
-already running, start() raises GlusterUnavailable (tests skip).
+already running, start() raises GlusterUnavailable with cause "machine"
+(tests skip); a failure of the set-up itself has cause "setup" (tests fail).
 
     g = Gluster(base_dir)          # base_dir: an empty temp dir
     g.start()                      # glusterd + volume 'sqz' started
@@ -30,7 +31,16 @@ import time
 
 
 class GlusterUnavailable(Exception):
-    """GlusterFS cannot run here (why is in the message)."""
+    """GlusterFS could not be set up (why is in the message). `cause` says
+    whose fault it is: "machine" (the machine cannot run it: another
+    glusterd holds the port, no /dev/fuse), "not-installed" (the packages
+    tools/install-deps.sh installs are missing) or "setup" (our own set-up
+    failed: glusterd, the gluster CLI or the client mount did not do what
+    we asked). Tests skip on the first two and fail on "setup"."""
+
+    def __init__(self, msg, cause="setup"):
+        super().__init__(msg)
+        self.cause = cause
 
 
 GLUSTERD_VOL = """volume management
@@ -149,12 +159,13 @@ class Gluster:
         for exe in ("glusterd", "gluster", "mount.glusterfs"):
             if not shutil.which(exe) and not os.path.exists("/sbin/" + exe):
                 raise GlusterUnavailable(f"{exe} not found (tools/install-deps.sh installs "
-                                         "glusterfs-server glusterfs-client)")
+                                         "glusterfs-server glusterfs-client)", "not-installed")
         if not os.path.exists("/dev/fuse"):
-            raise GlusterUnavailable("/dev/fuse missing (the GlusterFS client is a FUSE mount)")
+            raise GlusterUnavailable("/dev/fuse missing (the GlusterFS client is a FUSE mount)",
+                                     "machine")
         if port_in_use(24007, self.netns):
             raise GlusterUnavailable("port 24007 is in use: another glusterd is running "
-                                     "in this network namespace")
+                                     "in this network namespace", "machine")
         for d in (self.wd, self.run_dir, self.log_dir, self.brick):
             os.makedirs(d, exist_ok=True)
         vol = os.path.join(self.base, "glusterd.vol")

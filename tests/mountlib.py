@@ -26,6 +26,31 @@ def system_python():
     return sys.executable
 
 
+def in_ci():
+    """CI=true (or 1/yes): the suite runs where the product must be tested
+    whole, so a missing piece of the machine fails instead of skipping."""
+    return os.environ.get("CI", "").lower() in ("true", "1", "yes")
+
+
+def require_fuse():
+    """Fail the calling test (pytest.fail) unless /dev/fuse and fusermount3
+    are there: without them no mount test can run, and a stage that skipped
+    them all would pass without testing the product. SQZ_ALLOW_NO_FUSE=1
+    turns that into a skip, outside CI only."""
+    import shutil
+    import pytest
+    missing = [w for w, ok in (("/dev/fuse", os.path.exists("/dev/fuse")),
+                               ("fusermount3", shutil.which("fusermount3") is not None))
+               if not ok]
+    if not missing:
+        return
+    why = f"FUSE is not available ({' and '.join(missing)} missing)"
+    if os.environ.get("SQZ_ALLOW_NO_FUSE") == "1" and not in_ci():
+        pytest.skip(f"{why}; SQZ_ALLOW_NO_FUSE=1")
+    pytest.fail(f"{why}: the mount tests cannot run here, a failure, not a skip "
+                "(outside CI, SQZ_ALLOW_NO_FUSE=1 skips them)", pytrace=False)
+
+
 def run_cli(*args, check=True, input=None, timeout=300, env=None):
     """Run `squeezefs ARGS`; returns CompletedProcess (text mode)."""
     cmd = [squeezefs_bin()] + [str(a) for a in args]

@@ -2,6 +2,7 @@
 an appender, O_APPEND from two processes, write vs truncate, rename/create
 races, shared-block writers. Each test ends by checking the daemon is alive
 and (where useful) by an offline `squeezefs verify` of BACKING."""
+import json
 import os
 import random
 import re
@@ -212,7 +213,7 @@ os.close(fd)
 """
 
 
-@pytest.mark.parametrize("opts", [[], ["writeback"]])
+@pytest.mark.parametrize("opts", [[], ["nowriteback"]], ids=["writeback", "nowriteback"])
 def test_two_process_o_append(mount_factory, opts):
     m = mount_factory(options=opts)
     p = m.path("shared.log")
@@ -242,10 +243,19 @@ def test_two_process_o_append(mount_factory, opts):
 # ---------------------------------------------------------------- writer vs truncater
 
 def test_writer_and_truncater(mount_factory):
+    """A writer, a truncater (with fsyncs) and a reader on one file. The
+    writer's and the truncater's calls each update an in-memory model of
+    the file under one lock (the kernel orders them on the inode anyway);
+    the reader races them unlocked, and every 16th of its reads, under the
+    lock, must equal the model. The end: the model's bytes, also after a
+    remount."""
     m = mount_factory(options=["compress=zstd:1/64K"])
     p = m.path("wt")
     wr(p, b"")
     stop = time.time() + 8
+    lock = threading.Lock()
+    model = bytearray()
+    checked = [0]
 
     def writer():
         rnd = random.Random(5)
@@ -253,7 +263,12 @@ def test_writer_and_truncater(mount_factory):
         try:
             while time.time() < stop:
                 off = rnd.randrange(4 * MiB)
-                os.pwrite(fd, rnd.randbytes(rnd.choice((10, 4096, 100000))), off)
+                data = rnd.randbytes(rnd.choice((10, 4096, 100000)))
+                with lock:
+                    assert os.pwrite(fd, data, off) == len(data)
+                    if len(model) < off:
+                        model.extend(bytes(off - len(model)))
+                    model[off:off + len(data)] = data
         finally:
             os.close(fd)
 
@@ -262,7 +277,13 @@ def test_writer_and_truncater(mount_factory):
         fd = os.open(p, os.O_RDWR)
         try:
             while time.time() < stop:
-                os.ftruncate(fd, rnd.randrange(5 * MiB))
+                n = rnd.randrange(5 * MiB)
+                with lock:
+                    os.ftruncate(fd, n)
+                    if n < len(model):
+                        del model[n:]
+                    else:
+                        model.extend(bytes(n - len(model)))
                 time.sleep(0.001)
                 if rnd.random() < 0.05:
                     os.fsync(fd)
@@ -270,23 +291,36 @@ def test_writer_and_truncater(mount_factory):
             os.close(fd)
 
     def reader():
+        rnd = random.Random(7)
         fd = os.open(p, os.O_RDONLY)
         try:
+            i = 0
             while time.time() < stop:
-                os.pread(fd, 200000, random.randrange(5 * MiB))
+                off = rnd.randrange(5 * MiB)
+                i += 1
+                if i % 16:
+                    os.pread(fd, 200000, off)
+                    continue
+                with lock:
+                    got = os.pread(fd, 200000, off)
+                    want = bytes(model[off:off + 200000])
+                assert got == want, (f"read at {off}: {len(got)} bytes, the model has "
+                                     f"{len(want)} there (file {len(model)} bytes)")
+                checked[0] += 1
         finally:
             os.close(fd)
 
     run_threads([writer, truncater, reader])
     alive(m)
+    assert checked[0] > 0
+    print(f"{checked[0]} reads compared with the model")
     size = os.stat(p).st_size
-    data = rd(p)
-    assert len(data) == size, f"read {len(data)} bytes of a {size}-byte file"
-    assert rd(p) == data  # stable
+    assert size == len(model), f"size {size}, the model {len(model)}"
+    assert rd(p) == model, "the file differs from the model"
     m.unmount()
     m.start()
-    assert os.stat(p).st_size == size
-    assert rd(p) == data, "content changed across remount"
+    assert os.stat(p).st_size == len(model)
+    assert rd(p) == model, "content changed across remount"
     verify_offline(m)
 
 
@@ -447,6 +481,7 @@ def test_recompress_while_appending(mount_factory):
     wr(p, b"")
     total = 30000
     done = threading.Event()
+    ran, during = [], []
 
     def appender():
         fd = os.open(p, os.O_WRONLY | os.O_APPEND)
@@ -455,20 +490,38 @@ def test_recompress_while_appending(mount_factory):
             while i < total:
                 os.write(fd, b"".join(record(j) for j in range(i, i + 50)))
                 i += 50
+                # the appends outlast two recompresses (they are fast)
+                t_end = time.time() + 30
+                while i >= total // 2 and len(ran) < 2 and time.time() < t_end:
+                    time.sleep(0.001)
         finally:
             os.close(fd)
             done.set()
 
+    specs = [b"gzip:1", b"lz4/4K", b"zstd:3/64K", b"snappy", b"none/16K"]
+    backing = os.path.join(m.backing, "log")
+
     def recompressor():
-        specs = [b"gzip:1", b"lz4/4K", b"zstd:3/64K", b"snappy", b"none/16K"]
         k = 0
         while not done.is_set() or k < 3:
+            before = os.stat(backing).st_ino
+            appending = not done.is_set()
             os.setxattr(p, "user.squeezefs.recompress", specs[k % len(specs)])
+            # a recompress renames a new container over the old one
+            ran.append(os.stat(backing).st_ino != before)
+            during.append(appending)
             k += 1
             time.sleep(0.02)
 
     run_threads([appender, recompressor])
     alive(m)
+    assert ran and all(ran), f"{ran.count(False)} of {len(ran)} recompress requests left " \
+        "the backing file in place"
+    print(f"{len(ran)} recompresses ran, {sum(during)} of them under the appends")
+    assert sum(during) >= 2, "the recompresses did not run under the appends"
+    last = specs[(len(ran) - 1) % len(specs)].decode()
+    st = json.loads(run_cli("stat", "--json", backing).stdout)
+    assert st["algorithm"] == last.split("/")[0].split(":")[0], (last, st)
     assert os.stat(p).st_size == total * REC
     got = rd(p)
     if got != expected_range(0, total * REC):

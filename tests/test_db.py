@@ -79,7 +79,7 @@ def public_mount(sqz_bin):
         shutil.rmtree(top, ignore_errors=True)
 
 
-@pytest.mark.parametrize("opts", [[], ["writeback"]])
+@pytest.mark.parametrize("opts", [[], ["nowriteback"]], ids=["writeback", "nowriteback"])
 def test_writes_ask_no_security_xattr(mount_factory, opts):
     """With KILLPRIV_V2 the kernel checks security.capability once per
     inode, not before every write(2) (that was one GETXATTR round trip per
@@ -146,7 +146,7 @@ def test_setid_bits_cleared_like_the_vfs(public_mount):
 
 # ---- PostgreSQL: kill -9 of the daemon, remount, recovery ----
 
-@pytest.mark.parametrize("opts", [[], ["writeback"]])
+@pytest.mark.parametrize("opts", [[], ["nowriteback"]], ids=["writeback", "nowriteback"])
 def test_postgresql_survives_daemon_kill(public_mount, opts):
     """initdb, pgbench -i -s 1, a short pgbench run; kill -9 the squeezefs
     daemon under the running server (then the server), remount: PostgreSQL

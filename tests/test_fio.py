@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from mountlib import ROOT, run_cli, squeezefs_bin
+from mountlib import ROOT, require_fuse, run_cli, squeezefs_bin
 
 FIO_DIR = os.path.join(ROOT, "tools", "fio")
 JOBS = sorted(glob.glob(os.path.join(FIO_DIR, "*.fio")))
@@ -87,8 +87,7 @@ def test_fio_job_runs_directly_on_mount(mnt, tmp_path):
 @pytest.mark.slow
 def test_fio_compare_end_to_end(tmp_path, sqz_bin):
     need_fio()
-    if not (os.path.exists("/dev/fuse") and shutil.which("fusermount3")):
-        pytest.skip("FUSE not available")
+    require_fuse()
     out = tmp_path / "out.csv"
     env = dict(os.environ, SQUEEZEFS_BIN=squeezefs_bin())
     r = subprocess.run([os.path.join(ROOT, "tools", "fio-compare.sh"), "--quick",

@@ -242,11 +242,10 @@ def test_access_counts_every_supplementary_group(tmp_path):
     daemon runs as the unprivileged user itself (fusermount3), so the
     kernel asks squeezefs (op_access) rather than checking modes itself."""
     import tempfile
-    from mountlib import is_mounted, squeezefs_bin
+    from mountlib import is_mounted, require_fuse, squeezefs_bin
     if os.geteuid() != 0:
         pytest.skip("needs root to set up a user with many groups")
-    if not os.path.exists("/dev/fuse") or not shutil.which("fusermount3"):
-        pytest.skip("FUSE is not available")
+    require_fuse()
     uid = 65534
     groups = list(range(42000, 42000 + 80))  # the file's group is the last
     base = tempfile.mkdtemp(prefix="sqz-groups-")
