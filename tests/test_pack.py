@@ -598,7 +598,7 @@ def test_reading_packed_files_needs_no_read_request(mount_factory):
 @pytest.mark.xfail(strict=True, reason=(
     "BUG: the packer finds a file by the name the daemon first opened it "
     "by (/proc/self/fd readlink, pack_job.c pack_for -> "
-    "sqz_inode_abspath); once that name is unlinked and the file lives on "
+    "sqz_inode_dirfd); once that name is unlinked and the file lives on "
     "under another hard link, the lookup gives ENOENT, which pack_run "
     "ignores silently: the file is never packed, not even at unmount"))
 def test_file_left_only_under_a_second_link_is_packed(mount_factory):

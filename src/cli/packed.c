@@ -48,7 +48,16 @@ int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
         char abs[PATH_MAX];
         if (!realpath(path, abs))
             return -errno;
-        r = sqz_pack_read_alloc(abs, p, buf, why, sizeof why);
+        char *slash = strrchr(abs, '/');
+        if (slash == abs)
+            slash[1] = '\0';
+        else if (slash)
+            *slash = '\0';
+        int dfd = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0)
+            return -errno;
+        r = sqz_pack_read_alloc(dfd, p, buf, why, sizeof why);
+        close(dfd);
         if (r == 0)
             return 1;
         if (r != -EIO)
@@ -74,14 +83,8 @@ static int pointed_into(const char *dir, uint64_t id, uint64_t from)
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
             !S_ISREG(st.st_mode) || st.st_size != 0)
             continue;
-        char *path = path_join(dir, e->d_name);
-        if (!path) {
-            closedir(d);
-            return -ENOMEM;
-        }
         sqz_pack_ptr p;
-        int r = sqz_pack_ptr_get(path, &p, NULL, 0);
-        free(path);
+        int r = sqz_pack_ptr_getat(dirfd(d), e->d_name, &p, NULL, 0);
         if (r == 1 && p.pack_id == id && p.off >= from)
             found = 1;
     }

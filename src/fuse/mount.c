@@ -227,7 +227,7 @@ static int prepare_fs(struct sqz_fs *fs, const char *backing)
         fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(errno));
         return -1;
     }
-    int rc = sqz_itable_init(fs, fs->backing_real);
+    int rc = sqz_itable_init(fs);
     if (rc) {
         fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(-rc));
         return -1;

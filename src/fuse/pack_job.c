@@ -281,14 +281,10 @@ size_t sqz_pack_npending(struct sqz_fs *fs)
 }
 
 /* The open pack of the directory of x's file (started if needed). */
-static struct open_pack *pack_for(struct sqz_packer *pk, struct sqz_inode *in,
-                                  int *err)
+static struct open_pack *pack_for(struct sqz_fs *fs, struct sqz_packer *pk,
+                                  struct sqz_inode *in, int *err)
 {
-    char abs[PATH_MAX + 16];
-    *err = sqz_inode_abspath(in, abs, sizeof(abs));
-    if (*err)
-        return NULL;
-    int dfd = sqz_pack_open_dir_of(abs);
+    int dfd = sqz_inode_dirfd(fs, in, NULL, 0);
     struct stat ds;
     if (dfd < 0 || fstat(dfd, &ds) != 0) {
         *err = dfd < 0 ? dfd : -errno;
@@ -366,7 +362,7 @@ static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
         bst.st_nlink != 1)
         return -EBUSY; /* changed meanwhile: stays a container */
     struct sqz_rc_temp t;
-    int tfd = sqz_rc_temp_create(in, &bst, &t);
+    int tfd = sqz_rc_temp_create(fs, in, &bst, &t);
     if (tfd < 0) {
         sqz_rc_temp_discard(&t);
         return tfd;
@@ -427,7 +423,7 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
     for (size_t i = 0; i < n; i++) {
         struct sqz_pack_cand *x = v[i];
         int err = 0;
-        struct open_pack *op = pack_for(pk, x->in, &err);
+        struct open_pack *op = pack_for(fs, pk, x->in, &err);
         if (op) {
             err = sqz_pack_append(&op->w, &x->params, x->data, x->len, &x->ptr);
             if (err == -EFBIG) { /* full: flush what this batch put in it,
