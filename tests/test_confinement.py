@@ -260,3 +260,80 @@ def test_symlink_swap_race_stays_inside_backing(arena):
     assert not changed, f"outside BACKING changed ({p.stdout.strip()}): {changed}"
     assert sorted(os.listdir(top)) == top_names
     print(p.stdout)
+
+
+RACER = r'''
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2])
+end, n = time.monotonic() + float(sys.argv[3]), 0
+while time.monotonic() < end:
+    n += libc.renameat2(-100, a, -100, b, 2) == 0   # RENAME_EXCHANGE
+print(n)
+'''
+
+
+def test_offline_tools_race_stays_inside_the_tree(tmp_path):
+    """The offline tools walk BACKING by descriptor: root runs recompress,
+    verify, du and pack over a tree while a user exchanges its directory
+    with a symlink to a root-only directory holding files of the same
+    names; nothing there is read, changed or created (before, recompress
+    renamed its temporary by path: over the root-only files)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (setuid to another user)")
+    from mountlib import run_cli
+    top = tempfile.mkdtemp(prefix="sqz-confine-cli-")
+    try:
+        os.chmod(top, 0o755)
+        u = os.path.join(top, "backing", "u")
+        os.makedirs(os.path.join(u, "d"))
+        os.chmod(os.path.join(top, "backing"), 0o755)
+        secret = os.path.join(top, "secret")
+        os.mkdir(secret, 0o700)
+        names = [f"f{i}" for i in range(12)]
+        for n in names:
+            with open(os.path.join(u, "d", n), "wb") as f:
+                f.write(b"".join(b"%06d user data %s\n" % (i, n.encode())
+                                 for i in range(3000)))
+            p = os.path.join(secret, n)
+            with open(p, "wb") as f:
+                f.write(b"root-only canary\n")
+            os.chmod(p, 0o600)
+            os.utime(p, ns=(1_000_000_000 * 10**9, 1_500_000_000 * 10**9))
+        os.symlink(secret, os.path.join(u, "s"))
+        for dirpath, dirs, files in os.walk(u):
+            for e in dirs + files + [""]:
+                os.chown(os.path.join(dirpath, e), NOBODY, NOBODY,
+                         follow_symlinks=False)
+        os.lchown(os.path.join(u, "s"), NOBODY, NOBODY)
+        os.utime(secret, ns=(1_000_000_000 * 10**9, 1_500_000_000 * 10**9))
+        script = os.path.join(top, "race.py")
+        with open(script, "w") as f:
+            f.write(RACER)
+        os.chmod(script, 0o644)
+        before = snapshot(secret)
+
+        def demote():
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+        race = subprocess.Popen([system_python(), script, os.path.join(u, "d"),
+                                 os.path.join(u, "s"), "5"], preexec_fn=demote,
+                                stdout=subprocess.PIPE, text=True, cwd="/")
+        out = os.path.join(top, "out")
+        rounds = 0
+        while race.poll() is None:
+            run_cli("recompress", "--policy", f"zstd:{1 + rounds % 3}", u, check=False)
+            run_cli("verify", u, check=False)
+            run_cli("du", u, check=False)
+            run_cli("unpack" if rounds % 2 else "pack", u, out, check=False)
+            shutil.rmtree(out, ignore_errors=True)
+            rounds += 1
+        exchanges = int(race.communicate()[0])
+        assert exchanges > 100 and rounds >= 2, (exchanges, rounds)
+        after = snapshot(secret)
+        changed = {k: (before.get(k), after.get(k)) for k in set(before) | set(after)
+                   if before.get(k) != after.get(k)}
+        assert not changed, f"outside the tree changed ({rounds} rounds): {changed}"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
