@@ -337,3 +337,46 @@ def test_offline_tools_race_stays_inside_the_tree(tmp_path):
         assert not changed, f"outside the tree changed ({rounds} rounds): {changed}"
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_pack_reclaiming_swaps_pointers_by_descriptor(tmp_path):
+    """Pack reclaiming reads and swaps the pointers of a directory's files
+    through an O_PATH | O_NOFOLLOW open of each name below the directory
+    (no /proc/self/fd/N/NAME path): a pack three quarters dead is rewritten
+    at unmount, its live entries moved, and every file reads back; a symlink
+    among the files is passed over."""
+    import random
+    from mountlib import run_cli
+    backing = tmp_path / "backing"
+    backing.mkdir()
+    m = Mount(backing, tmp_path / "mnt")
+    try:
+        os.mkdir(m.path("d"))
+        files = {f"f{i}": random.Random(i).randbytes(3000) for i in range(120)}
+        for n, b in files.items():
+            with open(m.path("d", n), "wb") as f:
+                f.write(b)
+        bdir = backing / "d"
+        deadline = time.time() + 8
+        while packed_files(bdir) < len(files) and time.time() < deadline:
+            time.sleep(0.2)
+        assert packed_files(bdir) == len(files), m.log()[-2000:]
+        old = sorted(n for n in os.listdir(bdir) if n.startswith(".sqz-tmp.pack."))
+        for i in range(90):
+            os.unlink(m.path("d", f"f{i}"))
+            del files[f"f{i}"]
+        os.symlink("f100", m.path("d", "lnk"))
+        assert m.unmount() == 0, m.log()
+    finally:
+        if m.proc is not None:
+            m.kill()
+    new = sorted(n for n in os.listdir(bdir) if n.startswith(".sqz-tmp.pack."))
+    assert new and not set(new) & set(old), (old, new)
+    assert packed_files(bdir) == len(files)
+    with Mount(backing, tmp_path / "mnt") as m2:
+        for n, b in files.items():
+            with open(m2.path("d", n), "rb") as f:
+                assert f.read() == b, n
+        assert os.readlink(m2.path("d", "lnk")) == "f100"
+    p = run_cli("verify", backing, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
