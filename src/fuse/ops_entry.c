@@ -196,8 +196,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
             SQZ_MUTEX_UNLOCK(&in->meta);
         }
         if (in->type == S_IFLNK) {
-            /* on the symlink's own O_PATH fd (Linux 5.8+; before, its
-             * magic link, which resolves to the symlink itself) */
+            /* on the symlink's own O_PATH fd; a kernel whose utimensat
+             * refuses AT_EMPTY_PATH (EINVAL) gets its magic link, which
+             * resolves to the symlink itself, not its target */
             rc = utimensat(in->fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
             if (rc != 0 && errno == EINVAL)
                 rc = utimensat(AT_FDCWD, pp, tv, 0);
