@@ -380,3 +380,20 @@ def test_pack_reclaiming_swaps_pointers_by_descriptor(tmp_path):
         assert os.readlink(m2.path("d", "lnk")) == "f100"
     p = run_cli("verify", backing, check=False)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_symlink_times_set_on_the_symlink(mount_factory):
+    """utimensat(AT_SYMLINK_NOFOLLOW) through the mount sets the times of
+    the backing symlink itself (on its O_PATH descriptor), not its
+    target's."""
+    m = mount_factory()
+    with open(m.path("target"), "wb") as f:
+        f.write(b"x")
+    os.symlink("target", m.path("lnk"))
+    before = os.stat(os.path.join(m.backing, "target"))
+    os.utime(m.path("lnk"), ns=(1_111_000_000_123, 2_222_000_000_456),
+             follow_symlinks=False)
+    for st in (os.lstat(m.path("lnk")), os.lstat(os.path.join(m.backing, "lnk"))):
+        assert (st.st_atime_ns, st.st_mtime_ns) == (1_111_000_000_123, 2_222_000_000_456)
+    after = os.stat(os.path.join(m.backing, "target"))
+    assert (after.st_mtime_ns, after.st_ctime_ns) == (before.st_mtime_ns, before.st_ctime_ns)
