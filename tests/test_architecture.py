@@ -75,3 +75,73 @@ def test_checker_reads_object_files(tmp_path):
     edges = load_tool().build_graph(str(tmp_path))
     assert edges == {"src/fuse/a.c": {"src/fuse/b.c": {"b"}},
                      "src/fuse/b.c": {"src/fuse/a.c": {"a"}}}
+
+
+# Confinement (issue 31, CONTRIBUTING.md "Confinement"): the daemon's
+# backing accesses are relative to a descriptor. A syscall that takes a
+# path may take, in src/fuse and src/format, only the magic link of the
+# daemon's own descriptor ("/proc/self/fd/N", built by sqz_proc_path into
+# a variable named pp, or resolve.c's proc), or a path in the files listed
+# here, for the reason given.
+PATH_CALLS = ("open", "opendir", "fopen", "stat", "lstat", "truncate", "chmod",
+              "chown", "lchown", "rename", "unlink", "mkdir", "rmdir", "utimes",
+              "getxattr", "lgetxattr", "setxattr", "lsetxattr", "listxattr",
+              "llistxattr", "removexattr", "lremovexattr")
+AT_CALLS = ("utimensat", "fchmodat", "fchownat", "linkat", "openat", "fstatat",
+            "renameat", "renameat2", "unlinkat", "mkdirat", "symlinkat",
+            "mknodat", "readlinkat")  # with AT_FDCWD: a path
+PATH_ALLOWED = {  # file: (the path arguments allowed there, or None: any; why)
+    "src/fuse/mount.c": (None, "BACKING, the mount point: the command line"),
+    "src/fuse/shutdown.c": (None, "/sys/fs/fuse/connections, the mount point"),
+    "src/fuse/readahead.c": (None, "/proc and /sys files of the mount's bdi"),
+    "src/fuse/remount.c": ({"mnt"}, "the mount point named on the command line "
+                           "(remount runs in the command, not the daemon)"),
+    "src/fuse/revalidate.c": (None, "/proc/self/mountinfo"),
+    "src/policy/rules.c": (None, "the rule file named by policy="),
+    "src/format/container.c": ({"path"}, "sqz_ctr_*_path, for the offline tools"),
+    "src/format/pack.c": ({"path"}, "sqz_pack_ptr_get_follow: a magic link only"),
+    "src/fuse/replace.c": ({"src"}, "copy_xattrs(src): called with pp"),
+}
+
+
+def test_daemon_syscalls_take_no_backing_path():
+    import re
+    call = re.compile(r"(?<![\w.>])(?:(?:" + "|".join(PATH_CALLS) +
+                      r")\(|(?:" + "|".join(AT_CALLS) +
+                      r")\(\s*AT_FDCWD\s*,)\s*([^,)]*)")
+    bad = []
+    for layer in ("src/fuse", "src/format", "src/policy"):
+        for name in sorted(os.listdir(os.path.join(ROOT, layer))):
+            rel = f"{layer}/{name}"
+            if not name.endswith(".c"):
+                continue
+            ok, _why = PATH_ALLOWED.get(rel, (set(), ""))
+            if ok is None:
+                continue
+            with open(os.path.join(ROOT, rel)) as f:
+                text = re.sub(r"/\*.*?\*/", "", f.read(), flags=re.S)
+            if "/proc/self/fd/%d/" in text:  # a magic link, then a path walk
+                bad.append(f"{rel}: /proc/self/fd/%d/NAME")
+            for mo in call.finditer(text):
+                if mo.group(1).strip() not in {"pp", "proc"} | ok:
+                    line = text.count("\n", 0, mo.start()) + 1
+                    bad.append(f"{rel}:{line}: {mo.group(0)}")
+    assert not bad, "a path-based syscall on a backing path: " + "; ".join(bad)
+
+
+def test_readlinked_paths_are_labels_only():
+    """The path of a descriptor read back from /proc (sqz_fd_path) is for
+    log labels and policy matching: only inode.c (sqz_inode_relpath) and
+    log.c call it, and the absolute-path helper is gone."""
+    import re
+    users = set()
+    for dirpath, _, files in os.walk(os.path.join(ROOT, "src")):
+        for name in files:
+            p = os.path.join(dirpath, name)
+            rel = os.path.relpath(p, ROOT)
+            with open(p) as f:
+                text = f.read()
+            assert "sqz_inode_abspath" not in text, rel
+            if re.search(r"\bsqz_fd_path\(", text) and not rel.endswith("fdpath.h"):
+                users.add(rel)
+    assert users == {"src/fuse/inode.c", "src/format/log.c"}, users

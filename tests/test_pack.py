@@ -598,7 +598,7 @@ def test_reading_packed_files_needs_no_read_request(mount_factory):
 @pytest.mark.xfail(strict=True, reason=(
     "KNOWN: the packer finds a file's directory by the name the daemon "
     "first opened it by (its O_PATH descriptor's path), checked to name "
-    "the file (sqz_inode_parent); once that name is unlinked and the file "
+    "the file (sqz_inode_dirfd); once that name is unlinked and the file "
     "lives on under another hard link, the check fails and the file stays "
     "a container (safe: its content is read back whole below)"))
 def test_file_left_only_under_a_second_link_is_packed(mount_factory):

@@ -51,14 +51,16 @@ void sqz_pack_ptr_encode(const sqz_pack_ptr *p, uint8_t out[SQZ_PACK_PTR_SIZE]);
 /* 0, or -EBADMSG with the reason in err (damaged or unknown). */
 int sqz_pack_ptr_decode(const void *in, size_t n, sqz_pack_ptr *p, char *err,
                         size_t errlen);
-/* The pointer of the file at path (no symlink followed): 1 packed (*p
+/* The pointer of the file name of directory dirfd (one component, no
+ * symlink followed; anything but a regular file has none): 1 packed (*p
  * filled), 0 no pointer (or a file system without xattrs), -EBADMSG a
  * damaged pointer (reason in err), other -errno. Does not look at the
  * file's size. */
-int sqz_pack_ptr_get(const char *path, sqz_pack_ptr *p, char *err,
-                     size_t errlen);
-/* The same, following symlinks: for /proc/self/fd/N of an O_PATH
- * descriptor (the daemon's inodes). */
+int sqz_pack_ptr_getat(int dirfd, const char *name, sqz_pack_ptr *p,
+                       char *err, size_t errlen);
+/* The same on a path, following symlinks: only for /proc/self/fd/N of an
+ * O_PATH descriptor (the daemon's inodes), whose magic link resolves to
+ * that very file. */
 int sqz_pack_ptr_get_follow(const char *path, sqz_pack_ptr *p, char *err,
                             size_t errlen);
 /* The same on an open descriptor (not O_PATH; a symlink's target). */
@@ -84,19 +86,17 @@ int sqz_pack_open(int dirfd, uint64_t pack_id, char *err, size_t errlen);
  * every check p makes holds exactly the bytes p was written for). */
 int sqz_pack_read_fd(int fd, const sqz_pack_ptr *p, void *buf, char *err,
                      size_t errlen);
-/* The directory that holds path (its packs), opened O_RDONLY: an fd or
- * -errno. */
-int sqz_pack_open_dir_of(const char *path);
-/* sqz_pack_read of the pack of the directory holding path into a new
- * buffer (*buf, p->length bytes; free it). 0 or a negative errno. */
-int sqz_pack_read_alloc(const char *path, const sqz_pack_ptr *p, void **buf,
+/* sqz_pack_read of the pack of directory dirfd into a new buffer (*buf,
+ * p->length bytes; free it). 0 or a negative errno. */
+int sqz_pack_read_alloc(int dirfd, const sqz_pack_ptr *p, void **buf,
                         char *err, size_t errlen);
-/* The same for the file at path (its pointer read first): reads its pointer and its pack. 1 read
- * (*p filled, *buf malloc'd, p->length bytes; free it), 0 not packed (a
- * backing file with bytes, or no pointer), or a negative errno (-EIO or
- * -EBADMSG: damaged, reason in err). */
-int sqz_pack_load_path(const char *path, sqz_pack_ptr *p, void **buf,
-                       char *err, size_t errlen);
+/* The same for the file name of directory dirfd (one component, no
+ * symlink followed): reads its pointer and its pack. 1 read (*p filled,
+ * *buf malloc'd, p->length bytes; free it), 0 not packed (a backing file
+ * with bytes, not a regular file, or no pointer), or a negative errno
+ * (-EIO or -EBADMSG: damaged, reason in err). */
+int sqz_pack_loadat(int dirfd, const char *name, sqz_pack_ptr *p, void **buf,
+                    char *err, size_t errlen);
 
 /* Appending to a pack (one writer per directory). */
 typedef struct sqz_pack_writer {

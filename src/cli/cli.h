@@ -15,6 +15,16 @@
 #include "squeezefs/pack.h"
 #include "squeezefs/policy.h"
 
+/* An entry of a tree walk (tree.c) as the walk reached it: the directory
+ * holding it (AT_FDCWD for the walk's root) and its name there. The
+ * helpers below that take one open the entry with *at calls and O_NOFOLLOW
+ * (and find a packed file's pack in dirfd); given NULL they use the path
+ * as the user gave it. */
+typedef struct tree_at {
+    int dirfd;
+    const char *name;
+} tree_at;
+
 /* ---- commands (argv[0] is the command word) ---- */
 int cmd_pack(int argc, char **argv);
 int cmd_unpack(int argc, char **argv);
@@ -94,15 +104,15 @@ int cli_is_pack_name(const char *path);
  * p->length bytes), 0 no pointer, -EBADMSG a damaged pointer or -EIO a
  * damaged or missing entry ("damaged packed file: why" in err), other
  * -errno. */
-int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
-                    char *err, size_t errlen);
+int cli_packed_load(int fd, const tree_at *at, const char *path, sqz_pack_ptr *p,
+                    void **buf, char *err, size_t errlen);
 /* Check the pack file open as fd at path (sqz_pack_check, and its id
  * against its name). 0 clean (*entries set); 1 bytes from *end on are no
  * readable entries but no packed file of the directory points there (an
  * append or a creation torn by a crash, or damage that cannot be told
  * from one; *tail bytes); -EBADMSG damaged (reason in err); other -errno. */
-int cli_pack_check(int fd, const char *path, long *entries, uint64_t *end,
-                   uint64_t *tail, char *err, size_t errlen);
+int cli_pack_check(int fd, const tree_at *at, const char *path, long *entries,
+                   uint64_t *end, uint64_t *tail, char *err, size_t errlen);
 
 /* ---- json.c: a tiny streaming JSON writer ---- */
 typedef struct json_w {
@@ -185,7 +195,8 @@ typedef struct cli_ctr_figures {
  * file); a damaged container or packed file: -EBADMSG off a mount (reason
  * in out->why when known), -EIO on one; -EPROTO: the daemon's answer lacks
  * a figure (message printed); other negative errno from the file system. */
-int cli_ctr_figures_get(const char *path, bool on_mount, cli_ctr_figures *out);
+int cli_ctr_figures_get(const tree_at *at, const char *path, bool on_mount,
+                        cli_ctr_figures *out);
 
 /* ---- ctr_io.c: moving bytes into and out of containers ---- */
 /* A source of logical bytes: a container, a packed file, a plain file (or
@@ -204,6 +215,8 @@ typedef struct cli_src {
  * content when it is one). 0 or -errno; a damaged packed file: -EBADMSG or
  * -EIO with the reason in s->err. */
 int cli_src_open(const char *path, cli_src *s);
+/* The same for the entry at of a walk (path for messages). */
+int cli_src_openat(const tree_at *at, const char *path, cli_src *s);
 /* The message for a failed cli_src_open: s->err, else strerror(-r). */
 const char *cli_src_why(const cli_src *s, int r);
 void cli_src_mem(cli_src *s, const void *buf, uint64_t len);
@@ -231,18 +244,24 @@ int cli_params_for(const sqz_spec *spec, int log2bs_dflt, unsigned min_saving,
  * are applied last. 0 or -errno (xattr copy failures are ignored). */
 int cli_copy_meta(const char *from_path, const struct stat *st, int to_fd,
                   const char *to_path);
+/* The same from the entry from of a walk. */
+int cli_copy_meta_at(const tree_at *from, const struct stat *st, int to_fd,
+                     const char *to_path);
 /* Set only the times (not following symlinks). */
 int cli_set_times(const char *path, const struct stat *st);
-/* fsync the directory containing path. */
-int cli_fsync_parent(const char *path);
 
 /* ---- tree.c: walking a directory tree ---- */
 /* Visit every entry under root (root itself first, as relpath "").
  * pre is called before a directory's children, post after them (dirs only,
  * may be NULL). A nonzero return from a callback stops the walk and is
- * returned. Entries of each directory are visited in name order. */
+ * returned. Entries of each directory are visited in name order. No
+ * symlink is followed: each directory is opened O_NOFOLLOW below the one
+ * before. A callback reaches its entry through at (the directory holding
+ * it, AT_FDCWD for root, and its name there): *at calls with O_NOFOLLOW on
+ * it name the entry that was examined, whatever was renamed meanwhile, and
+ * path is for messages. */
 typedef int (*tree_fn)(void *user, const char *path, const char *relpath,
-                       const struct stat *st);
+                       const struct stat *st, const tree_at *at);
 int tree_walk(const char *root, tree_fn pre, tree_fn post, void *user);
 /* The same, but an entry that cannot be examined (lstat fails) or a
  * directory that cannot be listed is handed to on_err with the negative

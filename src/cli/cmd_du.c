@@ -210,7 +210,7 @@ static void count_pack(du_ctx *x, const char *path, const char *rel,
         d->f.disk += disk;
 }
 
-static int count_file(du_ctx *x, const char *path, const char *rel,
+static int count_file(du_ctx *x, const tree_at *at, const char *path, const char *rel,
                       const struct stat *st)
 {
     if (cli_is_pack_name(path)) {
@@ -230,7 +230,7 @@ static int count_file(du_ctx *x, const char *path, const char *rel,
         return r;
     cli_ctr_figures cf;
     x->why[0] = '\0';
-    r = cli_ctr_figures_get(path, on, &cf);
+    r = cli_ctr_figures_get(at, path, on, &cf);
     if (r < 0 && cf.why[0])
         snprintf(x->why, sizeof x->why, "%s", cf.why);
     du_fig f = {.files = 1};
@@ -270,7 +270,8 @@ static int count_file(du_ctx *x, const char *path, const char *rel,
     return 0;
 }
 
-static int visit(void *user, const char *path, const char *rel, const struct stat *st)
+static int visit(void *user, const char *path, const char *rel, const struct stat *st,
+                 const tree_at *at)
 {
     du_ctx *x = user;
     if (S_ISDIR(st->st_mode)) {
@@ -290,7 +291,7 @@ static int visit(void *user, const char *path, const char *rel, const struct sta
         x->other++;
         return 0;
     }
-    return count_file(x, path, rel, st);
+    return count_file(x, at, path, rel, st);
 }
 
 static int walk_error(void *user, const char *path, const char *rel, int err)

@@ -25,11 +25,11 @@ typedef struct pack_ctx {
     int failures;
 } pack_ctx;
 
-static int pack_file(pack_ctx *x, const char *src, const char *dst,
+static int pack_file(pack_ctx *x, const tree_at *at, const char *src, const char *dst,
                      const struct stat *st)
 {
     cli_src in;
-    int r = cli_src_open(src, &in);
+    int r = cli_src_openat(at, src, &in);
     if (r < 0) {
         cli_err("%s: %s", src, cli_src_why(&in, r));
         return r;
@@ -54,7 +54,7 @@ static int pack_file(pack_ctx *x, const char *src, const char *dst,
     if (r == 0)
         r = sqz_ctr_sync(c, 0);
     if (r == 0)
-        r = cli_copy_meta(src, st, sqz_ctr_fd(c), NULL);
+        r = cli_copy_meta_at(at, st, sqz_ctr_fd(c), NULL);
     int rc = sqz_ctr_close(c);
     if (r == 0)
         r = rc;
@@ -96,11 +96,11 @@ static int copy_plain(cli_src *in, int fd, cli_progress *pg)
     return r;
 }
 
-static int unpack_file(pack_ctx *x, const char *src, const char *dst,
+static int unpack_file(pack_ctx *x, const tree_at *at, const char *src, const char *dst,
                        const struct stat *st)
 {
     cli_src in;
-    int r = cli_src_open(src, &in);
+    int r = cli_src_openat(at, src, &in);
     if (r < 0) {
         cli_err("%s: %s", src, cli_src_why(&in, r));
         return r;
@@ -117,7 +117,7 @@ static int unpack_file(pack_ctx *x, const char *src, const char *dst,
     else
         r = copy_plain(&in, fd, &x->pg);
     if (r == 0)
-        r = cli_copy_meta(src, st, fd, NULL);
+        r = cli_copy_meta_at(at, st, fd, NULL);
     if (close(fd) < 0 && r == 0)
         r = -errno;
     cli_src_close(&in);
@@ -126,11 +126,11 @@ static int unpack_file(pack_ctx *x, const char *src, const char *dst,
     return r;
 }
 
-static int make_other(const char *src, const char *dst, const struct stat *st)
+static int make_other(const tree_at *at, const char *dst, const struct stat *st)
 {
     if (S_ISLNK(st->st_mode)) {
         char target[PATH_MAX];
-        ssize_t n = readlink(src, target, sizeof target - 1);
+        ssize_t n = readlinkat(at->dirfd, at->name, target, sizeof target - 1);
         if (n < 0)
             return -errno;
         target[n] = '\0';
@@ -145,11 +145,11 @@ static int make_other(const char *src, const char *dst, const struct stat *st)
     } else {
         return -ENOTSUP;
     }
-    return cli_copy_meta(src, st, -1, dst);
+    return cli_copy_meta_at(at, st, -1, dst);
 }
 
 static int visit_pre(void *user, const char *path, const char *rel,
-                     const struct stat *st)
+                     const struct stat *st, const tree_at *at)
 {
     pack_ctx *x = user;
     if (S_ISREG(st->st_mode) && rel[0] && cli_is_pack_name(path))
@@ -167,8 +167,8 @@ static int visit_pre(void *user, const char *path, const char *rel,
         return r; /* a directory that cannot be made stops the walk */
     }
     if (S_ISREG(st->st_mode))
-        r = x->unpack ? unpack_file(x, path, dst, st) : pack_file(x, path, dst, st);
-    else if ((r = make_other(path, dst, st)) < 0)
+        r = x->unpack ? unpack_file(x, at, path, dst, st) : pack_file(x, at, path, dst, st);
+    else if ((r = make_other(at, dst, st)) < 0)
         cli_err("%s: %s", path, strerror(-r));
     if (r < 0)
         x->failures++;
@@ -177,13 +177,14 @@ static int visit_pre(void *user, const char *path, const char *rel,
 }
 
 static int visit_post(void *user, const char *path, const char *rel,
-                      const struct stat *st)
+                      const struct stat *st, const tree_at *at)
 {
+    (void)path;
     pack_ctx *x = user;
     char *dst = path_join(x->dst_root, rel);
     if (!dst)
         return -ENOMEM;
-    int r = cli_copy_meta(path, st, -1, dst);
+    int r = cli_copy_meta_at(at, st, -1, dst);
     if (r < 0) {
         cli_err("%s: %s", dst, strerror(-r));
         x->failures++;
@@ -193,7 +194,7 @@ static int visit_post(void *user, const char *path, const char *rel,
 }
 
 static int count_pre(void *user, const char *path, const char *rel,
-                     const struct stat *st)
+                     const struct stat *st, const tree_at *at)
 {
     pack_ctx *x = user;
     if (!S_ISREG(st->st_mode) || (rel[0] && cli_is_pack_name(path)))
@@ -201,7 +202,7 @@ static int count_pre(void *user, const char *path, const char *rel,
     uint64_t n = (uint64_t)st->st_size;
     if (x->unpack || n == 0) { /* containers and packed files */
         cli_src s;
-        if (cli_src_open(path, &s) == 0) {
+        if (cli_src_openat(at, path, &s) == 0) {
             n = s.len;
             cli_src_close(&s);
         }
@@ -277,7 +278,8 @@ static int run(int argc, char **argv, bool unpack)
         r = tree_walk(src, visit_pre, visit_post, &x);
     } else {
         /* a single entry: the walk's root is the file itself */
-        r = visit_pre(&x, src, "", &st);
+        const tree_at at = {.dirfd = AT_FDCWD, .name = src};
+        r = visit_pre(&x, src, "", &st, &at);
     }
     progress_finish(&x.pg);
     free(dst);

@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
@@ -54,10 +55,14 @@ static int choose_params(recomp_ctx *x, const char *path, cli_src *src,
     return cli_params_for(&res.spec, bs, ms, src, p);
 }
 
-static int rewrite(recomp_ctx *x, const char *path, const struct stat *st)
+/* Rewrite the entry at (path for messages and the policy): the
+ * temporary is made next to it in at's directory, everything after by
+ * descriptor or by a name in that directory, never following a symlink. */
+static int rewrite(recomp_ctx *x, const tree_at *at, const char *path,
+                   const struct stat *st)
 {
     cli_src src;
-    int r = cli_src_open(path, &src);
+    int r = cli_src_openat(at, path, &src);
     if (r < 0)
         return r;
     char before[64] = "plain";
@@ -71,19 +76,46 @@ static int rewrite(recomp_ctx *x, const char *path, const struct stat *st)
         cli_src_close(&src);
         return r;
     }
-    const char *base = strrchr(path, '/');
-    size_t dirlen = base ? (size_t)(base - path) + 1 : 0;
-    base = base ? base + 1 : path;
-    char tmp[PATH_MAX];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%.*s.sqz-tmp.%s.XXXXXX", (int)dirlen, path,
-                         base) >= sizeof tmp) {
-        cli_src_close(&src);
-        return -ENAMETOOLONG;
+    /* at's directory (the walk's root: the directory of the path given) */
+    const char *base = strrchr(at->name, '/');
+    int dfd = at->dirfd;
+    if (at->dirfd == AT_FDCWD) {
+        char dir[PATH_MAX];
+        size_t dl = base ? (size_t)(base - at->name) : 0;
+        if (dl >= sizeof dir) {
+            cli_src_close(&src);
+            return -ENAMETOOLONG;
+        }
+        memcpy(dir, at->name, dl);
+        dir[dl] = '\0';
+        dfd = open(base ? (dl ? dir : "/") : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dfd < 0) {
+            cli_src_close(&src);
+            return -errno;
+        }
     }
-    int fd = mkostemp(tmp, O_CLOEXEC);
+    base = base ? base + 1 : at->name;
+    char tmp[NAME_MAX + 1];
+    int fd = -1;
+    for (int i = 0; i < 100 && fd < 0; i++) {
+        uint64_t rnd = 0;
+        if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+            rnd = (uint64_t)getpid() * 2654435761u + (uint64_t)i;
+        if ((size_t)snprintf(tmp, sizeof tmp, ".sqz-tmp.%s.%06llx", base,
+                             (unsigned long long)(rnd & 0xffffff)) >= sizeof tmp) {
+            errno = ENAMETOOLONG;
+            break;
+        }
+        fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
     if (fd < 0) {
+        r = -errno;
         cli_src_close(&src);
-        return -errno;
+        if (dfd != at->dirfd)
+            close(dfd);
+        return r;
     }
     sqz_ctr *c;
     r = sqz_ctr_create_fd(fd, &p, tmp, &c); /* owns fd from here */
@@ -96,32 +128,36 @@ static int rewrite(recomp_ctx *x, const char *path, const struct stat *st)
         if (r == 0)
             r = sqz_ctr_sync(c, 0);
         if (r == 0)
-            r = cli_copy_meta(path, st, sqz_ctr_fd(c), NULL);
+            r = cli_copy_meta_at(at, st, sqz_ctr_fd(c), NULL);
         int rc = sqz_ctr_close(c);
         if (r == 0)
             r = rc;
     }
     cli_src_close(&src);
     /* the times last (closing may write), then make them durable */
-    if (r == 0)
-        r = cli_set_times(tmp, st);
+    struct timespec ts[2] = {st->st_atim, st->st_mtim};
+    if (r == 0 && utimensat(dfd, tmp, ts, AT_SYMLINK_NOFOLLOW) < 0)
+        r = -errno;
     if (r == 0) {
-        int sfd = open(tmp, O_RDONLY | O_CLOEXEC);
+        int sfd = openat(dfd, tmp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
         if (sfd < 0 || fsync(sfd) < 0)
             r = -errno;
         if (sfd >= 0)
             close(sfd);
     }
     struct stat nst;
-    if (r == 0 && lstat(tmp, &nst) < 0)
+    if (r == 0 && fstatat(dfd, tmp, &nst, AT_SYMLINK_NOFOLLOW) < 0)
         r = -errno;
-    if (r == 0 && rename(tmp, path) < 0)
+    if (r == 0 && renameat(dfd, tmp, dfd, base) < 0)
         r = -errno;
-    if (r < 0) {
-        unlink(tmp);
+    if (r < 0)
+        unlinkat(dfd, tmp, 0);
+    else if (fsync(dfd) < 0)
+        r = -errno;
+    if (dfd != at->dirfd)
+        close(dfd);
+    if (r < 0)
         return r;
-    }
-    r = cli_fsync_parent(path);
     char after[64];
     cli_params_spec(&p, after, sizeof after);
     x->before += (uint64_t)st->st_size;
@@ -131,16 +167,25 @@ static int rewrite(recomp_ctx *x, const char *path, const struct stat *st)
     return r;
 }
 
-static int on_mount(recomp_ctx *x, const char *path, const struct stat *st)
+static int on_mount(recomp_ctx *x, const tree_at *at, const char *path,
+                    const struct stat *st)
 {
     const char *val = x->spec_text ? x->spec_text : "";
     char canon[64];
     if (x->spec_text && sqz_spec_format(&x->spec, canon, sizeof canon) >= 0)
         val = canon;
-    if (lsetxattr(path, SQZ_XATTR_RECOMPRESS, val, strlen(val), 0) < 0)
+    /* the entry the walk examined, its xattr through its own magic link */
+    int fd = openat(at->dirfd, at->name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
         return -errno;
+    char pp[48];
+    snprintf(pp, sizeof pp, "/proc/self/fd/%d", fd);
+    int r = setxattr(pp, SQZ_XATTR_RECOMPRESS, val, strlen(val), 0) < 0 ? -errno : 0;
     struct stat nst;
-    uint64_t after = lstat(path, &nst) == 0 ? (uint64_t)nst.st_blocks * 512 : 0;
+    uint64_t after = r == 0 && fstat(fd, &nst) == 0 ? (uint64_t)nst.st_blocks * 512 : 0;
+    close(fd);
+    if (r < 0)
+        return r;
     x->before += (uint64_t)st->st_blocks * 512;
     x->after += after;
     printf("%s: recompressed by the daemon (%llu -> %llu bytes allocated)\n", path,
@@ -148,7 +193,8 @@ static int on_mount(recomp_ctx *x, const char *path, const struct stat *st)
     return 0;
 }
 
-static int visit(void *user, const char *path, const char *rel, const struct stat *st)
+static int visit(void *user, const char *path, const char *rel, const struct stat *st,
+                 const tree_at *at)
 {
     (void)rel;
     recomp_ctx *x = user;
@@ -158,7 +204,7 @@ static int visit(void *user, const char *path, const char *rel, const struct sta
     if (!strncmp(b ? b + 1 : path, ".sqz-tmp.", 9))
         return 0; /* leftovers of an interrupted run */
     x->files++;
-    int r = cli_on_mount(path) ? on_mount(x, path, st) : rewrite(x, path, st);
+    int r = cli_on_mount(path) ? on_mount(x, at, path, st) : rewrite(x, at, path, st);
     if (r < 0) {
         cli_err("%s: %s", path, strerror(-r));
         x->failures++;
@@ -167,9 +213,11 @@ static int visit(void *user, const char *path, const char *rel, const struct sta
     return 0;
 }
 
-static int count(void *user, const char *path, const char *rel, const struct stat *st)
+static int count(void *user, const char *path, const char *rel, const struct stat *st,
+                 const tree_at *at)
 {
     (void)path;
+    (void)at;
     (void)rel;
     recomp_ctx *x = user;
     if (S_ISREG(st->st_mode))

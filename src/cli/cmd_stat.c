@@ -75,7 +75,7 @@ int cmd_stat(int argc, char **argv)
     for (int i = first; i < argc; i++) {
         const char *path = argv[i];
         cli_ctr_figures fs;
-        int r = cli_ctr_figures_get(path, cli_on_mount(path), &fs);
+        int r = cli_ctr_figures_get(NULL, path, cli_on_mount(path), &fs);
         if (r == -EMEDIUMTYPE) {
             cli_err("%s: not a squeezefs container", path);
             bad = 1;

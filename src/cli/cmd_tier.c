@@ -124,7 +124,7 @@ static void json_change(tier_ctx *x, const char *path, const status *st,
 }
 
 /* One due file. */
-static void tier_one(tier_ctx *x, const char *path, const status *st)
+static void tier_one(tier_ctx *x, const tree_at *at, const char *path, const status *st)
 {
     if (x->dry_run) {
         uint64_t est = 0;
@@ -147,7 +147,7 @@ static void tier_one(tier_ctx *x, const char *path, const status *st)
      * the file's inode lock through a setxattr, so writers, truncates and
      * renames of the file would wait for the whole rewrite */
     int r = 0;
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd = openat(at->dirfd, at->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
         r = -errno;
     } else {
@@ -190,7 +190,8 @@ static void tier_one(tier_ctx *x, const char *path, const status *st)
                                                 : "written meanwhile; run again later");
 }
 
-static int visit(void *user, const char *path, const char *rel, const struct stat *st)
+static int visit(void *user, const char *path, const char *rel, const struct stat *st,
+                 const tree_at *at)
 {
     (void)rel;
     tier_ctx *x = user;
@@ -211,7 +212,7 @@ static int visit(void *user, const char *path, const char *rel, const struct sta
         return 0;
     }
     if (!strcmp(s.state, "due")) {
-        tier_one(x, path, &s);
+        tier_one(x, at, path, &s);
     } else if (!strcmp(s.state, "writing") || !strcmp(s.state, "links")) {
         x->skipped++;
         if (x->json)

@@ -96,12 +96,12 @@ static void damaged_one(verify_ctx *x, const char *path, const char *why)
 }
 
 /* A pack file (.sqz-tmp.pack.*): every entry's header and checksum. */
-static void verify_pack(verify_ctx *x, const char *path, int fd)
+static void verify_pack(verify_ctx *x, const tree_at *at, const char *path, int fd)
 {
     long entries;
     uint64_t end, tail;
     char err[256] = "";
-    int r = cli_pack_check(fd, path, &entries, &end, &tail, err, sizeof err);
+    int r = cli_pack_check(fd, at, path, &entries, &end, &tail, err, sizeof err);
     if (r == -EBADMSG) {
         damaged_one(x, path, err[0] ? err : "damaged pack");
         return;
@@ -130,12 +130,13 @@ static void verify_pack(verify_ctx *x, const char *path, int fd)
 
 /* A 0-byte file or a torn creation (torn: its size) with a pack pointer:
  * its entry read and checked. 1 done, 0 no pointer (not packed). */
-static int verify_packed(verify_ctx *x, const char *path, int fd, uint64_t torn)
+static int verify_packed(verify_ctx *x, const tree_at *at, const char *path, int fd,
+                         uint64_t torn)
 {
     sqz_pack_ptr p;
     void *buf;
     char err[256] = "";
-    int r = cli_packed_load(fd, path, &p, &buf, err, sizeof err);
+    int r = cli_packed_load(fd, at, path, &p, &buf, err, sizeof err);
     if (r == 0)
         return 0;
     if (r == -EBADMSG || r == -EIO) {
@@ -166,7 +167,7 @@ static int verify_packed(verify_ctx *x, const char *path, int fd, uint64_t torn)
 }
 
 static int verify_file(void *user, const char *path, const char *rel,
-                       const struct stat *st)
+                       const struct stat *st, const tree_at *at)
 {
     verify_ctx *x = user;
     if (!S_ISREG(st->st_mode))
@@ -175,20 +176,20 @@ static int verify_file(void *user, const char *path, const char *rel,
     /* the writer lock and recompress temporaries of a live mount */
     if (!pack && cli_is_own_hidden(path) && rel[0])
         return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int fd = openat(at->dirfd, at->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         file_error(x, path, errno);
         return 0;
     }
     if (pack) {
-        verify_pack(x, path, fd);
+        verify_pack(x, at, path, fd);
         close(fd);
         fflush(stdout);
         return 0;
     }
     int pr = sqz_ctr_probe_fd(fd);
     if ((st->st_size == 0 || pr == SQZ_PROBE_TORN) &&
-        verify_packed(x, path, fd, pr == SQZ_PROBE_TORN ? (uint64_t)st->st_size : 0)) {
+        verify_packed(x, at, path, fd, pr == SQZ_PROBE_TORN ? (uint64_t)st->st_size : 0)) {
         close(fd);
         fflush(stdout);
         return 0;

@@ -15,9 +15,15 @@
 
 int cli_src_open(const char *path, cli_src *s)
 {
+    return cli_src_openat(NULL, path, s);
+}
+
+int cli_src_openat(const tree_at *at, const char *path, cli_src *s)
+{
     memset(s, 0, sizeof *s);
     s->fd = -1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = at ? openat(at->dirfd, at->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+                : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     struct stat st;
@@ -39,7 +45,7 @@ int cli_src_open(const char *path, cli_src *s)
      * a pointer is an unpacking torn by a crash: the packed content */
     if (st.st_size == 0 || pr == SQZ_PROBE_TORN) {
         void *buf;
-        int r = cli_packed_load(fd, path, &s->ptr, &buf, s->err, sizeof s->err);
+        int r = cli_packed_load(fd, at, path, &s->ptr, &buf, s->err, sizeof s->err);
         if (r != 0)
             close(fd);
         if (r < 0)

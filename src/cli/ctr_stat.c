@@ -15,12 +15,12 @@
 /* A packed file's figures: 1, 0 not packed, or -errno (-EBADMSG: damaged,
  * fs->why says what). Its entry is read and checked, so a missing pack
  * or a damaged entry is never shown as a file. */
-static int from_packed(int fd, const char *path, const struct stat *bst,
-                       cli_ctr_figures *fs)
+static int from_packed(int fd, const tree_at *at, const char *path,
+                       const struct stat *bst, cli_ctr_figures *fs)
 {
     sqz_pack_ptr p;
     void *buf;
-    int r = cli_packed_load(fd, path, &p, &buf, fs->why, sizeof fs->why);
+    int r = cli_packed_load(fd, at, path, &p, &buf, fs->why, sizeof fs->why);
     if (r <= 0)
         return r == -EIO ? -EBADMSG : r;
     free(buf);
@@ -43,16 +43,17 @@ static int from_packed(int fd, const char *path, const struct stat *bst,
     return 1;
 }
 
-static int from_container(const char *path, cli_ctr_figures *fs)
+static int from_container(const tree_at *at, const char *path, cli_ctr_figures *fs)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = at ? openat(at->dirfd, at->name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+                : open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     int pr = sqz_ctr_probe_fd(fd);
     struct stat bst;
     if (pr >= 0 && fstat(fd, &bst) == 0 && S_ISREG(bst.st_mode) &&
         (bst.st_size == 0 || pr == SQZ_PROBE_TORN)) {
-        int r = from_packed(fd, path, &bst, fs);
+        int r = from_packed(fd, at, path, &bst, fs);
         if (r != 0) {
             close(fd);
             return r < 0 ? r : 0;
@@ -143,8 +144,9 @@ static int from_mount(const char *path, cli_ctr_figures *fs)
     return r;
 }
 
-int cli_ctr_figures_get(const char *path, bool on_mount, cli_ctr_figures *out)
+int cli_ctr_figures_get(const tree_at *at, const char *path, bool on_mount,
+                        cli_ctr_figures *out)
 {
     memset(out, 0, sizeof *out);
-    return on_mount ? from_mount(path, out) : from_container(path, out);
+    return on_mount ? from_mount(path, out) : from_container(at, path, out);
 }

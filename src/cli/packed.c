@@ -35,8 +35,31 @@ static void damaged(char *err, size_t errlen, const char *why)
     snprintf(err, errlen, "damaged packed file: %s", why[0] ? why : "unreadable");
 }
 
-int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
-                    char *err, size_t errlen)
+/* The directory holding the entry at / path: at's directory, or the
+ * directory of path's real path (as the user gave it). An fd or -errno;
+ * *own says whether to close it. */
+static int dir_of(const tree_at *at, const char *path, bool *own)
+{
+    *own = false;
+    if (at && at->dirfd != AT_FDCWD)
+        return at->dirfd;
+    char abs[PATH_MAX];
+    if (!realpath(path, abs))
+        return -errno;
+    char *slash = strrchr(abs, '/');
+    if (slash == abs)
+        slash[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    int dfd = open(abs, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0)
+        return -errno;
+    *own = true;
+    return dfd;
+}
+
+int cli_packed_load(int fd, const tree_at *at, const char *path, sqz_pack_ptr *p,
+                    void **buf, char *err, size_t errlen)
 {
     *buf = NULL;
     char why[200] = "";
@@ -44,11 +67,13 @@ int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
     if (r == 0 || (r < 0 && r != -EBADMSG))
         return r;
     if (r == 1) {
-        /* the directory of the file fd is (symlinks resolved) */
-        char abs[PATH_MAX];
-        if (!realpath(path, abs))
-            return -errno;
-        r = sqz_pack_read_alloc(abs, p, buf, why, sizeof why);
+        bool own;
+        int dfd = dir_of(at, path, &own);
+        if (dfd < 0)
+            return dfd;
+        r = sqz_pack_read_alloc(dfd, p, buf, why, sizeof why);
+        if (own)
+            close(dfd);
         if (r == 0)
             return 1;
         if (r != -EIO)
@@ -58,13 +83,18 @@ int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
     return r;
 }
 
-/* 1 if a packed file of directory dir (a 0-byte file with a pointer)
+/* 1 if a packed file of directory dfd (a 0-byte file with a pointer)
  * points into the pack id at or after offset from, 0 if none, or -errno. */
-static int pointed_into(const char *dir, uint64_t id, uint64_t from)
+static int pointed_into(int dfd, uint64_t id, uint64_t from)
 {
-    DIR *d = opendir(dir);
-    if (!d)
-        return -errno;
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* its own offset */
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        int e = -errno;
+        if (fd >= 0)
+            close(fd);
+        return e;
+    }
     int found = 0;
     struct dirent *e;
     while (!found && (errno = 0, e = readdir(d)) != NULL) {
@@ -74,14 +104,8 @@ static int pointed_into(const char *dir, uint64_t id, uint64_t from)
         if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
             !S_ISREG(st.st_mode) || st.st_size != 0)
             continue;
-        char *path = path_join(dir, e->d_name);
-        if (!path) {
-            closedir(d);
-            return -ENOMEM;
-        }
         sqz_pack_ptr p;
-        int r = sqz_pack_ptr_get(path, &p, NULL, 0);
-        free(path);
+        int r = sqz_pack_ptr_getat(dirfd(d), e->d_name, &p, NULL, 0);
         if (r == 1 && p.pack_id == id && p.off >= from)
             found = 1;
     }
@@ -90,8 +114,8 @@ static int pointed_into(const char *dir, uint64_t id, uint64_t from)
     return found ? 1 : e2 ? -e2 : 0;
 }
 
-int cli_pack_check(int fd, const char *path, long *entries, uint64_t *end,
-                   uint64_t *tail, char *err, size_t errlen)
+int cli_pack_check(int fd, const tree_at *at, const char *path, long *entries,
+                   uint64_t *end, uint64_t *tail, char *err, size_t errlen)
 {
     uint64_t named = 0, id = 0;
     *entries = 0;
@@ -115,15 +139,13 @@ int cli_pack_check(int fd, const char *path, long *entries, uint64_t *end,
     /* Entries are appended and synced before any pointer to them exists:
      * unreadable bytes that no pointer names are what a crash during an
      * append leaves (or damage that cannot be told from it). */
-    char abs[PATH_MAX];
-    if (!realpath(path, abs))
-        return -errno;
-    char *slash = strrchr(abs, '/');
-    if (slash == abs)
-        slash[1] = '\0';
-    else if (slash)
-        *slash = '\0';
-    int r = pointed_into(abs, named, *end);
+    bool own;
+    int dfd = dir_of(at, path, &own);
+    if (dfd < 0)
+        return dfd;
+    int r = pointed_into(dfd, named, *end);
+    if (own)
+        close(dfd);
     if (r < 0)
         return r;
     if (r == 1)

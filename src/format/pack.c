@@ -120,12 +120,39 @@ static int ptr_of_xattr(ssize_t n, int e, const uint8_t *b, sqz_pack_ptr *p,
     return r < 0 ? r : 1;
 }
 
-int sqz_pack_ptr_get(const char *path, sqz_pack_ptr *p, char *err,
-                     size_t errlen)
+/* name of dirfd opened O_PATH | O_NOFOLLOW (no symlink followed, no
+ * device opened), *st its stat: an fd or -errno. */
+static int open_entry(int dirfd, const char *name, struct stat *st)
 {
-    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
-    ssize_t n = lgetxattr(path, SQZ_PACK_XATTR, b, sizeof b);
-    return ptr_of_xattr(n, errno, b, p, err, errlen);
+    int fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    if (fstat(fd, st) != 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    return fd;
+}
+
+/* The pointer of an O_PATH descriptor's file, through its magic link. */
+static int ptr_of_opath(int fd, sqz_pack_ptr *p, char *err, size_t errlen)
+{
+    char pp[48];
+    snprintf(pp, sizeof pp, "/proc/self/fd/%d", fd);
+    return sqz_pack_ptr_get_follow(pp, p, err, errlen);
+}
+
+int sqz_pack_ptr_getat(int dirfd, const char *name, sqz_pack_ptr *p,
+                       char *err, size_t errlen)
+{
+    struct stat st;
+    int fd = open_entry(dirfd, name, &st);
+    if (fd < 0)
+        return fd;
+    int r = S_ISREG(st.st_mode) ? ptr_of_opath(fd, p, err, errlen) : 0;
+    close(fd);
+    return r;
 }
 
 int sqz_pack_ptr_get_follow(const char *path, sqz_pack_ptr *p, char *err,
@@ -285,37 +312,14 @@ int sqz_pack_read_fd(int fd, const sqz_pack_ptr *p, void *buf, char *err,
     return r;
 }
 
-int sqz_pack_open_dir_of(const char *path)
-{
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) {
-        strcpy(dir, ".");
-    } else {
-        size_t dl = slash == path ? 1 : (size_t)(slash - path);
-        if (dl >= sizeof dir)
-            return -ENAMETOOLONG;
-        memcpy(dir, path, dl);
-        dir[dl] = '\0';
-    }
-    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    return dfd < 0 ? -errno : dfd;
-}
-
-int sqz_pack_read_alloc(const char *path, const sqz_pack_ptr *p, void **buf,
+int sqz_pack_read_alloc(int dirfd, const sqz_pack_ptr *p, void **buf,
                         char *err, size_t errlen)
 {
     *buf = NULL;
-    int dfd = sqz_pack_open_dir_of(path);
-    if (dfd < 0)
-        return dfd;
     void *b = malloc(p->length);
-    if (!b) {
-        close(dfd);
+    if (!b)
         return -ENOMEM;
-    }
-    int r = sqz_pack_read(dfd, p, b, err, errlen);
-    close(dfd);
+    int r = sqz_pack_read(dirfd, p, b, err, errlen);
     if (r < 0) {
         free(b);
         return r;
@@ -324,19 +328,21 @@ int sqz_pack_read_alloc(const char *path, const sqz_pack_ptr *p, void **buf,
     return 0;
 }
 
-int sqz_pack_load_path(const char *path, sqz_pack_ptr *p, void **buf,
-                       char *err, size_t errlen)
+int sqz_pack_loadat(int dirfd, const char *name, sqz_pack_ptr *p, void **buf,
+                    char *err, size_t errlen)
 {
     *buf = NULL;
     struct stat st;
-    if (lstat(path, &st) != 0)
-        return -errno;
-    if (!S_ISREG(st.st_mode) || st.st_size != 0)
-        return 0;
-    int r = sqz_pack_ptr_get(path, p, err, errlen);
+    int fd = open_entry(dirfd, name, &st);
+    if (fd < 0)
+        return fd;
+    int r = S_ISREG(st.st_mode) && st.st_size == 0
+                ? ptr_of_opath(fd, p, err, errlen)
+                : 0;
+    close(fd);
     if (r <= 0)
         return r;
-    r = sqz_pack_read_alloc(path, p, buf, err, errlen);
+    r = sqz_pack_read_alloc(dirfd, p, buf, err, errlen);
     return r < 0 ? r : 1;
 }
 

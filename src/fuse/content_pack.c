@@ -17,11 +17,9 @@
 #include <unistd.h>
 
 /* The backing directory of in (O_RDONLY|O_DIRECTORY) or -errno. */
-static int parent_dirfd(struct sqz_inode *in)
+static int parent_dirfd(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    char abs[PATH_MAX + 16];
-    int r = sqz_inode_abspath(in, abs, sizeof(abs));
-    return r ? r : sqz_pack_open_dir_of(abs);
+    return sqz_inode_dirfd(fs, in, NULL, 0);
 }
 
 /* Read the content of a packed inode (malloc'd into *buf, *p its
@@ -46,7 +44,7 @@ static int load(struct sqz_fs *fs, struct sqz_inode *in, sqz_pack_ptr *p,
             if (r == 0)
                 return 0;
         }
-        int dfd = parent_dirfd(in);
+        int dfd = parent_dirfd(fs, in);
         if (dfd < 0) {
             free(*buf);
             *buf = NULL;
@@ -130,7 +128,7 @@ void sqz_content_packed_free_locked(struct sqz_inode *in)
 
 void sqz_content_note_unpacked(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    int dfd = parent_dirfd(in);
+    int dfd = parent_dirfd(fs, in);
     if (dfd >= 0) {
         sqz_pack_gc_note(fs, dfd);
         close(dfd);

@@ -238,7 +238,7 @@ int sqz_killpriv_install(struct fuse_session *se);
 int sqz_killpriv_active(void);
 
 /* ---- inode.c: inode table ---- */
-int sqz_itable_init(struct sqz_fs *fs, const char *backing);
+int sqz_itable_init(struct sqz_fs *fs);
 /* Frees every inode (closes their sf first; returns the first error). */
 int sqz_itable_free(struct sqz_fs *fs);
 struct sqz_inode *sqz_inode_of(struct sqz_fs *fs, fuse_ino_t ino);
@@ -271,19 +271,25 @@ int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
 int sqz_itable_foreach(struct sqz_fs *fs,
                        void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
                        void *user);
-/* "/proc/self/fd/N" */
+/* "/proc/self/fd/N": the magic link of the daemon's own descriptor fd,
+ * which resolves to fd's inode itself (a symlink's too, not its target):
+ * the one path form a syscall on a backing object may take besides a
+ * single name below a directory descriptor (CONTRIBUTING.md,
+ * "Confinement"). */
 void sqz_proc_path(int fd, char *buf, size_t n);
-/* Path of the inode relative to BACKING ("" for the root). */
-/* The backing directory holding in under a name, opened beneath BACKING
- * without following a symlink in any component, and that name in base
- * (checked to name in now): a directory fd, or -errno (-ENOENT: in has no
- * name where its path says). Not for the root. */
-int sqz_inode_parent(struct sqz_fs *fs, struct sqz_inode *in, char *base,
-                     size_t bn);
+/* Path of the inode relative to BACKING ("" for the root), as read from
+ * /proc/self/fd: for log labels and policy resolving (rule matching, and
+ * its walk beneath BACKING that follows no symlink) only, and for
+ * sqz_inode_dirfd; never for a syscall that could follow a symlink. */
 int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
                       size_t n);
-/* Absolute backing path of the inode. */
-int sqz_inode_abspath(struct sqz_inode *in, char *buf, size_t n);
+/* The backing directory that holds in (O_RDONLY | O_DIRECTORY), opened
+ * beneath BACKING with no symlink in any component, and checked to hold
+ * in under its name (copied to base, bn bytes, if base is not NULL). An fd,
+ * -EBUSY (moved while we looked, three times), -ENOENT (the root, or not
+ * below BACKING) or -errno. */
+int sqz_inode_dirfd(struct sqz_fs *fs, struct sqz_inode *in, char *base,
+                    size_t bn);
 /* Names never accepted from the kernel: "", ".", "..", with '/', and our
  * temporary prefix. */
 int sqz_name_ok(const char *name);

@@ -10,6 +10,7 @@
 #include "fuse/fs.h"
 #include "common/lockorder.h"
 #include "common/fdpath.h"
+#include "common/beneath.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,8 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/openat2.h>
-#include <sys/syscall.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static size_t bucket_of(const struct sqz_fs *fs, dev_t dev, ino_t ino)
@@ -227,7 +227,7 @@ static void table_maybe_grow(struct sqz_fs *fs)
     free(old);
 }
 
-int sqz_itable_init(struct sqz_fs *fs, const char *backing)
+int sqz_itable_init(struct sqz_fs *fs)
 {
     if (sqz_mutex_init(&fs->itable_lock) != 0)
         return -ENOMEM;
@@ -235,7 +235,8 @@ int sqz_itable_init(struct sqz_fs *fs, const char *backing)
     fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
     if (!fs->buckets)
         return -ENOMEM;
-    int fd = open(backing, O_PATH | O_DIRECTORY | O_CLOEXEC);
+    /* the directory root_dirfd is, not the path opened again */
+    int fd = openat(fs->root_dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     struct stat st;
@@ -561,11 +562,6 @@ void sqz_proc_path(int fd, char *buf, size_t n)
     snprintf(buf, n, "/proc/self/fd/%d", fd);
 }
 
-int sqz_inode_abspath(struct sqz_inode *in, char *buf, size_t n)
-{
-    return sqz_fd_path(in->fd, buf, n);
-}
-
 int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
                       size_t n)
 {
@@ -574,7 +570,7 @@ int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
         return 0;
     }
     char abs[PATH_MAX + 16];
-    int rc = sqz_inode_abspath(in, abs, sizeof(abs));
+    int rc = sqz_fd_path(in->fd, abs, sizeof(abs));
     if (rc)
         return rc;
     const char *rel = sqz_path_below(abs, fs->backing_real, fs->backing_len);
@@ -586,65 +582,50 @@ int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
     return 0;
 }
 
-/* A directory below BACKING by its relative path rel (no symlink in any
- * component, never above BACKING). */
-static int open_dir_beneath(struct sqz_fs *fs, const char *rel)
-{
-    struct open_how how;
-    memset(&how, 0, sizeof(how));
-    how.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC;
-    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-    long fd = syscall(SYS_openat2, fs->root_dirfd, rel, &how, sizeof(how));
-    if (fd >= 0 || errno != ENOSYS)
-        return fd >= 0 ? (int)fd : -errno;
-    /* before Linux 5.6: one component at a time, none a symlink */
-    char buf[PATH_MAX];
-    if (strlen(rel) >= sizeof(buf))
-        return -ENAMETOOLONG;
-    strcpy(buf, rel);
-    int dfd = openat(fs->root_dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    char *save = NULL;
-    for (char *c = strtok_r(buf, "/", &save); c && dfd >= 0;
-         c = strtok_r(NULL, "/", &save)) {
-        int nfd = strcmp(c, "..") == 0 ? (errno = EXDEV, -1)
-            : openat(dfd, c, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        int e = errno;
-        close(dfd);
-        dfd = nfd;
-        errno = e;
-    }
-    return dfd >= 0 ? dfd : -errno;
-}
-
-int sqz_inode_parent(struct sqz_fs *fs, struct sqz_inode *in, char *base,
-                     size_t bn)
+/* One try of sqz_inode_dirfd: the directory the inode's current path names
+ * (opened beneath BACKING, no symlink in any component), if its entry
+ * name there is still this inode. */
+static int dirfd_once(struct sqz_fs *fs, struct sqz_inode *in,
+                      const struct stat *ist, char *base, size_t bn)
 {
     char rel[PATH_MAX];
     int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
     if (rc)
         return rc;
-    if (!rel[0])
-        return -EINVAL;
     char *slash = strrchr(rel, '/');
     const char *name = slash ? slash + 1 : rel;
-    if (strlen(name) >= bn)
-        return -ENAMETOOLONG;
-    strcpy(base, name);
-    int dfd;
-    if (slash) {
+    if (slash)
         *slash = '\0';
-        dfd = open_dir_beneath(fs, rel);
-    } else {
-        dfd = openat(fs->root_dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        dfd = dfd >= 0 ? dfd : -errno;
-    }
+    if (base && strlen(name) >= bn)
+        return -ENAMETOOLONG;
+    int dfd = sqz_open_beneath(fs->root_dirfd, slash ? rel : "",
+                               O_RDONLY | O_DIRECTORY, 0);
     if (dfd < 0)
-        return dfd;
-    struct stat st;
-    if (fstatat(dfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-        st.st_ino != in->ino || st.st_dev != in->dev) {
+        return dfd == -ELOOP || dfd == -ENOTDIR || dfd == -ENOENT ||
+                       dfd == -EXDEV
+                   ? -EBUSY /* the path changed meanwhile */
+                   : dfd;
+    struct stat cur;
+    if (fstatat(dfd, name, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
+        cur.st_dev != ist->st_dev || cur.st_ino != ist->st_ino) {
         close(dfd);
-        return -ENOENT;
+        return -EBUSY;
     }
+    if (base)
+        strcpy(base, name);
+    return dfd;
+}
+
+int sqz_inode_dirfd(struct sqz_fs *fs, struct sqz_inode *in, char *base,
+                    size_t bn)
+{
+    if (in->is_root)
+        return -ENOENT; /* BACKING itself: no directory of it below BACKING */
+    struct stat ist;
+    if (fstat(in->fd, &ist) != 0)
+        return -errno;
+    int dfd = -EBUSY;
+    for (int i = 0; i < 3 && dfd == -EBUSY; i++) /* renamed meanwhile */
+        dfd = dirfd_once(fs, in, &ist, base, bn);
     return dfd;
 }

@@ -277,7 +277,7 @@ static int prepare_fs(struct sqz_fs *fs, const char *backing)
     }
     if (backing_is_squeezefs(fs))
         return -1;
-    int rc = sqz_itable_init(fs, fs->backing_real);
+    int rc = sqz_itable_init(fs);
     if (rc) {
         fprintf(stderr, "squeezefs: BACKING %s: %s\n", backing, strerror(-rc));
         return -1;

@@ -199,10 +199,13 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
             SQZ_MUTEX_UNLOCK(&in->meta);
         }
         if (in->type == S_IFLNK) {
-            char abs[PATH_MAX + 16];
-            rc = sqz_inode_abspath(in, abs, sizeof(abs));
-            if (rc == 0 && utimensat(AT_FDCWD, abs, tv, AT_SYMLINK_NOFOLLOW))
-                rc = -errno;
+            /* on the symlink's own O_PATH fd; a kernel whose utimensat
+             * refuses AT_EMPTY_PATH (EINVAL) gets its magic link, which
+             * resolves to the symlink itself, not its target */
+            rc = utimensat(in->fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+            if (rc != 0 && errno == EINVAL)
+                rc = utimensat(AT_FDCWD, pp, tv, 0);
+            rc = rc ? -errno : 0;
         } else if (h && h->plain_fd >= 0) {
             rc = futimens(h->plain_fd, tv) ? -errno : 0;
         } else {

@@ -185,6 +185,35 @@ static struct pack_info *info_of(struct pack_info *pi, size_t n, uint64_t id)
 }
 
 /* Scan: every pack of the directory and the live entries in each. */
+/* The file name of directory dfd, opened O_PATH | O_NOFOLLOW (no symlink
+ * followed, no device opened) if it is a regular file: an fd, or -1 with
+ * errno set (ENODATA: not a regular file, so no pointer). */
+static int open_reg(int dfd, const char *name)
+{
+    int fd = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    struct stat st;
+    int e = fstat(fd, &st) != 0 ? errno : !S_ISREG(st.st_mode) ? ENODATA : 0;
+    if (e) {
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+/* The pointer xattr of open_reg's fd, through its own magic link: read
+ * into b (v NULL), or replaced by v (XATTR_REPLACE); n bytes. The xattr
+ * call's result, errno set. */
+static ssize_t ptr_xattr(int fd, void *b, const void *v, size_t n)
+{
+    char pp[64];
+    sqz_proc_path(fd, pp, sizeof(pp));
+    return v ? setxattr(pp, SQZ_PACK_XATTR, v, n, XATTR_REPLACE)
+             : getxattr(pp, SQZ_PACK_XATTR, b, n);
+}
+
 static int scan(int dfd, struct pack_info **out, size_t *nout)
 {
     *out = NULL;
@@ -241,10 +270,14 @@ static int scan(int dfd, struct pack_info **out, size_t *nout)
         }
         if (!S_ISREG(st.st_mode))
             continue;
-        char pp[64 + NAME_MAX];
-        snprintf(pp, sizeof(pp), "/proc/self/fd/%d/%s", dfd, de->d_name);
         uint8_t b[SQZ_PACK_PTR_SIZE];
-        ssize_t got = lgetxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
+        int fd = open_reg(dfd, de->d_name);
+        ssize_t got = fd < 0 ? -1 : ptr_xattr(fd, b, NULL, sizeof(b));
+        if (fd >= 0) {
+            int e = errno;
+            close(fd);
+            errno = e;
+        }
         sqz_pack_ptr p;
         if (got < 0 && (errno == ENODATA || errno == ENOTSUP || errno == ENOENT))
             continue; /* no pointer */
@@ -320,27 +353,34 @@ static int move_live(struct sqz_fs *fs, int dfd, struct pack_info *x,
      * that name: perhaps renamed) keeps the old pack. */
     int all = 1;
     for (size_t i = 0; i < x->nfiles && rc == 0; i++) {
-        char pp[64 + NAME_MAX];
-        snprintf(pp, sizeof(pp), "/proc/self/fd/%d/%s", dfd, x->files[i].name);
         uint8_t b[SQZ_PACK_PTR_SIZE];
         sqz_pack_ptr cur;
-        ssize_t got = lgetxattr(pp, SQZ_PACK_XATTR, b, sizeof(b));
-        if (got < 0 && (errno == ENODATA || errno == ENOTSUP))
+        int fd = open_reg(dfd, x->files[i].name);
+        ssize_t got = fd < 0 ? -1 : ptr_xattr(fd, b, NULL, sizeof(b));
+        if (got < 0 && (errno == ENODATA || errno == ENOTSUP)) {
+            if (fd >= 0)
+                close(fd);
             continue; /* no pointer any more: its entry is dead */
+        }
         if (got != (ssize_t)sizeof(b) ||
             sqz_pack_ptr_decode(b, sizeof(b), &cur, NULL, 0) != 0) {
+            if (fd >= 0)
+                close(fd);
             all = 0;
             continue;
         }
         if (cur.pack_id != x->files[i].ptr.pack_id ||
-            cur.off != x->files[i].ptr.off)
+            cur.off != x->files[i].ptr.off) {
+            close(fd);
             continue; /* repacked meanwhile: not this entry any more */
+        }
         uint8_t nb[SQZ_PACK_PTR_SIZE];
         sqz_pack_ptr_encode(&np[i], nb);
-        if (lsetxattr(pp, SQZ_PACK_XATTR, nb, sizeof(nb), XATTR_REPLACE) == 0)
+        if (ptr_xattr(fd, NULL, nb, sizeof(nb)) == 0)
             (*moved)++; /* times stay (only the ctime changes) */
         else if (errno != ENODATA)
             all = 0;
+        close(fd);
     }
     free(np);
     if (rc == 0 && !all)

@@ -296,8 +296,7 @@ static struct open_pack *pack_for(struct sqz_fs *fs, struct sqz_inode *in,
                                   int *err)
 {
     struct sqz_packer *pk = fs->packer;
-    char base[NAME_MAX + 1];
-    int dfd = sqz_inode_parent(fs, in, base, sizeof(base));
+    int dfd = sqz_inode_dirfd(fs, in, NULL, 0);
     struct stat ds;
     if (dfd < 0 || fstat(dfd, &ds) != 0) {
         *err = dfd < 0 ? dfd : -errno;
@@ -383,8 +382,7 @@ static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
         bst.st_nlink != 1)
         return -EBUSY; /* changed meanwhile: stays a container */
     /* still named in the directory whose pack holds the entry */
-    char base[NAME_MAX + 1];
-    int dfd = sqz_inode_parent(fs, in, base, sizeof(base));
+    int dfd = sqz_inode_dirfd(fs, in, NULL, 0);
     if (dfd < 0)
         return dfd == -ENOENT ? -EBUSY : dfd;
     struct stat ds;
@@ -458,7 +456,7 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
                 op->touched = 1;
             }
         }
-        if (err && err != -ENOENT) {
+        if (err && err != -ENOENT && err != -EBUSY) {
             char label[PATH_MAX];
             sqz_inode_label(fs, x->in, label, sizeof(label));
             sqz_logf(SQZ_LOG_WARN, "%s: not packed: %s (stays a container)", label,

@@ -231,7 +231,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
     }
 
     /* The temporary next to the original. */
-    int tfd = sqz_rc_temp_create(in, &bst, &t);
+    int tfd = sqz_rc_temp_create(fs, in, &bst, &t);
     if (tfd < 0) {
         rc = tfd;
         goto out;

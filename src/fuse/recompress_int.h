@@ -17,10 +17,11 @@ struct sqz_rc_temp {
 };
 
 /* Create the temporary next to in's backing file, which must still be the
- * file bst describes (else -EBUSY). Returns its O_RDWR fd, or -errno. t
- * must be discarded (sqz_rc_temp_discard) in every case. */
-int sqz_rc_temp_create(struct sqz_inode *in, const struct stat *bst,
-                       struct sqz_rc_temp *t);
+ * file bst describes (else -EBUSY), in its directory as sqz_inode_dirfd
+ * opens it (beneath BACKING, no symlink followed). Returns its O_RDWR fd,
+ * or -errno. t must be discarded (sqz_rc_temp_discard) in every case. */
+int sqz_rc_temp_create(struct sqz_fs *fs, struct sqz_inode *in,
+                       const struct stat *bst, struct sqz_rc_temp *t);
 /* Remove the temporary if it still exists; close the directory. */
 void sqz_rc_temp_discard(struct sqz_rc_temp *t);
 /* Give the temporary (cfd) the original's owner, mode, user xattrs and

@@ -70,39 +70,16 @@ static int copy_xattrs(const char *src, int fd)
     return rc;
 }
 
-
-static int split_path(const char *abs, char *dir, size_t dn, char *base,
-                      size_t bn)
-{
-    const char *slash = strrchr(abs, '/');
-    if (!slash || !slash[1])
-        return -EINVAL;
-    size_t dl = (size_t)(slash - abs);
-    if (dl == 0)
-        dl = 1;
-    if (dl >= dn || strlen(slash + 1) >= bn)
-        return -ENAMETOOLONG;
-    memcpy(dir, abs, dl);
-    dir[dl] = '\0';
-    strcpy(base, slash + 1);
-    return 0;
-}
-
-int sqz_rc_temp_create(struct sqz_inode *in, const struct stat *bst,
-                       struct sqz_rc_temp *t)
+int sqz_rc_temp_create(struct sqz_fs *fs, struct sqz_inode *in,
+                       const struct stat *bst, struct sqz_rc_temp *t)
 {
     t->dirfd = -1;
     t->made = 0;
     t->tmp[0] = '\0';
-    char abs[PATH_MAX + 16], dir[PATH_MAX];
-    int rc = sqz_inode_abspath(in, abs, sizeof(abs));
-    if (rc == 0)
-        rc = split_path(abs, dir, sizeof(dir), t->base, sizeof(t->base));
-    if (rc)
-        return rc;
-    t->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (t->dirfd < 0)
-        return -errno;
+    int dfd = sqz_inode_dirfd(fs, in, t->base, sizeof(t->base));
+    if (dfd < 0)
+        return dfd;
+    t->dirfd = dfd;
     struct stat cur;
     if (fstatat(t->dirfd, t->base, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
         cur.st_ino != bst->st_ino || cur.st_dev != bst->st_dev)

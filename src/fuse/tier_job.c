@@ -378,7 +378,7 @@ static int prepare_locked(struct sqz_fs *fs, struct sqz_inode *in, struct copy *
         c->plain_fd = fd;
         c->len = (uint64_t)bst->st_size;
     }
-    return sqz_rc_temp_create(in, bst, t);
+    return sqz_rc_temp_create(fs, in, bst, t);
 }
 
 /* Phase 3 under io exclusive: swap the new file in unless the old one

@@ -158,7 +158,7 @@ static void test_roundtrip(const char *dir)
     close(dfd);
 }
 
-/* The pointer xattr on a file, and sqz_pack_load_path. */
+/* The pointer xattr on a file, and sqz_pack_loadat. */
 static void test_load_path(const char *dir)
 {
     int dfd = open(dir, O_RDONLY | O_DIRECTORY);
@@ -187,23 +187,29 @@ static void test_load_path(const char *dir)
     sqz_pack_ptr q;
     void *buf = NULL;
     char err[200];
-    CHECK_EQ_INT(sqz_pack_load_path(path, &q, &buf, err, sizeof err), 1);
+    CHECK_EQ_INT(sqz_pack_loadat(dfd, "small", &q, &buf, err, sizeof err), 1);
     CHECK(buf && memcmp(buf, text, sizeof text) == 0 && q.length == sizeof text);
     free(buf);
+    /* a symlink to it is not followed: no pointer */
+    REQUIRE(symlinkat("small", dfd, "link") == 0);
+    CHECK_EQ_INT(sqz_pack_loadat(dfd, "link", &q, &buf, err, sizeof err), 0);
+    CHECK_EQ_INT(sqz_pack_ptr_getat(dfd, "link", &q, err, sizeof err), 0);
+    CHECK_EQ_INT(sqz_pack_ptr_getat(dfd, "small", &q, err, sizeof err), 1);
+    REQUIRE(unlinkat(dfd, "link", 0) == 0);
     /* a backing file with bytes is not packed, whatever it carries */
     REQUIRE(pwrite(fd, "x", 1, 0) == 1);
-    CHECK_EQ_INT(sqz_pack_load_path(path, &q, &buf, err, sizeof err), 0);
+    CHECK_EQ_INT(sqz_pack_loadat(dfd, "small", &q, &buf, err, sizeof err), 0);
     REQUIRE(ftruncate(fd, 0) == 0);
     /* a damaged pointer */
     uint8_t b[SQZ_PACK_PTR_SIZE];
     sqz_pack_ptr_encode(&ptr, b);
     b[20] ^= 1;
     REQUIRE(fsetxattr(fd, SQZ_PACK_XATTR, b, sizeof b, 0) == 0);
-    CHECK_EQ_INT(sqz_pack_load_path(path, &q, &buf, err, sizeof err), -EBADMSG);
+    CHECK_EQ_INT(sqz_pack_loadat(dfd, "small", &q, &buf, err, sizeof err), -EBADMSG);
     CHECK(buf == NULL);
     /* no pointer: an empty file */
     REQUIRE(fremovexattr(fd, SQZ_PACK_XATTR) == 0);
-    CHECK_EQ_INT(sqz_pack_load_path(path, &q, &buf, err, sizeof err), 0);
+    CHECK_EQ_INT(sqz_pack_loadat(dfd, "small", &q, &buf, err, sizeof err), 0);
     close(fd);
     close(dfd);
 }
