@@ -328,8 +328,16 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
     SQZ_MUTEX_UNLOCK(&in->meta);
     if (!keep || (moved && (rc || sqz_backing_stat(in, &bst) != 0)))
         return;
-    struct timespec shown = sqz_ptimes_shown(fs, in, &bst);
-    if (!ts_eq(&shown, &kc))
+    /* the ctime: kept unless the backing file has the kernel's already, or
+     * a record of it (the cache of the last stat, keyed by this ctime) */
+    if (ts_eq(&bst.st_ctim, &kc))
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    int have = in->shown_valid && in->shown_has &&
+               ts_eq(&in->shown_key, &bst.st_ctim) &&
+               ts_eq(&in->shown_ctime, &kc);
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    if (!have)
         sqz_ptimes_keep(fs, in, -1, &kc, sqz_ptimes_begin(in));
 }
 
