@@ -128,7 +128,7 @@ static void verify_pack(verify_ctx *x, const char *path, int fd)
     }
 }
 
-/* A 0-byte file or a torn creation (torn: its size) with a pack pointer:
+/* A 0-byte file or a torn unpacking (torn: its size) with a pack pointer:
  * its entry read and checked. 1 done, 0 no pointer (not packed). */
 static int verify_packed(verify_ctx *x, const char *path, int fd, uint64_t torn)
 {
@@ -187,8 +187,8 @@ static int verify_file(void *user, const char *path, const char *rel,
         return 0;
     }
     int pr = sqz_ctr_probe_fd(fd);
-    if ((st->st_size == 0 || pr == SQZ_PROBE_TORN) &&
-        verify_packed(x, path, fd, pr == SQZ_PROBE_TORN ? (uint64_t)st->st_size : 0)) {
+    if ((st->st_size == 0 || cli_unpack_torn(fd, pr)) &&
+        verify_packed(x, path, fd, (uint64_t)st->st_size)) {
         close(fd);
         fflush(stdout);
         return 0;

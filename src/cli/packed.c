@@ -58,6 +58,23 @@ int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
     return r;
 }
 
+bool cli_unpack_torn(int fd, int pr)
+{
+    if (pr == SQZ_PROBE_TORN)
+        return true;
+    if (pr != 1 || fgetxattr(fd, SQZ_PACK_XATTR, NULL, 0) < 0)
+        return false;
+    int d = dup(fd);
+    if (d < 0)
+        return false;
+    sqz_ctr *c;
+    if (sqz_ctr_open_fd(d, SQZ_OPEN_RDONLY, SQZ_LABEL_FROM_FD, &c) < 0)
+        return false; /* d closed by the library */
+    bool empty = sqz_ctr_length(c) == 0;
+    sqz_ctr_close(c);
+    return empty;
+}
+
 /* 1 if a packed file of directory dir (a 0-byte file with a pointer)
  * points into the pack id at or after offset from, 0 if none, or -errno. */
 static int pointed_into(const char *dir, uint64_t id, uint64_t from)
