@@ -3,8 +3,10 @@ through real mounts: a torn unpacking, stale hidden temporaries, rmdir
 and a user's `.sqz-tmp.*` file, set-ID bits on fallocate and direct
 writes, and the writer lock's mode."""
 import errno
+import json
 import os
 import random
+import re
 import stat
 import subprocess
 import time
@@ -97,3 +99,149 @@ def test_torn_unpacking_reads_as_the_packed_content(mount_factory):
         assert packed(back[name]), name
     assert m.unmount() == 0
     assert run_cli("verify", m.backing, check=False).returncode == 0
+
+
+# ------------------------------------------------- hidden temporaries
+
+
+def text(n, seed):
+    rnd = random.Random(seed)
+    words = [b"trade", b"quote", b"IBM", b"MSFT", b"101.25", b"100", b"\n"]
+    out = bytearray()
+    while len(out) < n:
+        out += b",".join(rnd.choice(words) for _ in range(12)) + b"\n"
+    return bytes(out[:n])
+
+
+def daemon_temps(bdir):
+    return sorted(n for n in os.listdir(bdir) if TEMP_RE.match(n))
+
+
+TEMP_RE = re.compile(r"^\.sqz-tmp\.[0-9a-f]{16}$")
+
+
+def test_leftover_temporaries_are_reported_and_removed(mount_factory):
+    """A kill -9 during a recompress leaves its hidden temporary: verify
+    lists it with its size (exit 3), and the next read-write mount removes
+    it when it lists the directory. Hidden files the daemon did not make
+    (a user's, a plain file with a temporary's name, an offline recompress
+    temporary) are listed by verify and never removed. Before: verify
+    skipped them all (exit 0) and the temporary stayed for good."""
+    m = mount_factory(options=["compress=zstd:1/64K", "nopack"])
+    os.makedirs(m.path("d"))
+    data = text(6 << 20, 1)
+    wr(m.path("d", "f"), data)
+    bd = os.path.join(m.backing, "d")
+    setter = subprocess.Popen(
+        ["python3", "-c",
+         "import os,sys\ntry: os.setxattr(sys.argv[1], 'user.squeezefs.recompress', b'gzip:9')\n"
+         "except OSError: pass", m.path("d", "f")])
+    assert wait_for(lambda: daemon_temps(bd), timeout=20), m.log()
+    m.kill()
+    setter.wait(timeout=60)
+    left = daemon_temps(bd)
+    assert len(left) == 1
+    foreign = {".sqz-tmp.notes": b"a user's notes",
+               ".sqz-tmp.0123456789abcdef": b"plain bytes, not a container",
+               ".sqz-tmp.f.Ab12Cd": b"offline recompress temporary"}
+    for n, content in foreign.items():
+        wr(os.path.join(bd, n), content)
+    # a packing temporary: 0 bytes
+    wr(os.path.join(bd, ".sqz-tmp.00000000000000ff"), b"")
+    left.append(".sqz-tmp.00000000000000ff")
+    r = run_cli("verify", m.backing, check=False)
+    assert r.returncode == 3, r.stdout
+    for n in left + list(foreign):
+        size = os.path.getsize(os.path.join(bd, n))
+        why = "a temporary of the daemon's" if n in left else "not shown"
+        assert f"{os.path.join(bd, n)}: leftover hidden file, {size} bytes ({why}" \
+            in r.stdout, (n, r.stdout)
+    assert "writer-lock" not in r.stdout
+    m = mount_factory(options=["compress=zstd:1/64K", "nopack"],
+                      backing=m.backing, name="again")
+    assert rd(m.path("d", "f")) == data
+    assert os.listdir(m.path("d")) == ["f"]
+    assert daemon_temps(bd) == [".sqz-tmp.0123456789abcdef"]
+    for n, content in foreign.items():
+        assert rd(os.path.join(bd, n)) == content
+    assert "a temporary left by a crash" in m.log()
+    assert m.unmount() == 0
+    r = run_cli("verify", m.backing, check=False)
+    assert r.returncode == 3 and r.stdout.count(": leftover hidden file, ") == 3
+    assert "a read-write mount removes it" not in r.stdout
+
+
+def test_listing_keeps_the_temporary_of_a_running_job(mount_factory, tmp_path):
+    """A directory listed over and over while a tiering job (rate-limited:
+    its copy runs without the file's lock) has its temporary there: the
+    temporary is in use, not a leftover; the job completes."""
+    rules = tmp_path / "rules"
+    rules.write_text("/hdb/** lz4/64K after 1d zstd:6/256K\n* zstd:1\n")
+    m = mount_factory(options=["policy=" + str(rules), "nopack"])
+    os.makedirs(m.path("hdb"))
+    data = text(3 << 20, 2)
+    wr(m.path("hdb", "f"), data)
+    old = time.time() - 2 * 86400
+    os.utime(m.path("hdb", "f"), (old, old))
+    bd = os.path.join(m.backing, "hdb")
+    job = subprocess.Popen([squeezefs_bin(), "tier", "--max-rate", "3", m.path("hdb", "f")],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    met = 0
+    while job.poll() is None:
+        assert os.listdir(m.path("hdb")) == ["f"]
+        met += bool(daemon_temps(bd))
+    out, err = job.communicate()
+    assert job.returncode == 0, (out, err, m.log())
+    assert met > 10  # listed many times while the temporary was there
+    assert rd(m.path("hdb", "f")) == data
+    assert json.loads(run_cli("stat", "--json", m.path("hdb", "f")).stdout)[
+        "algorithm"] == "zstd"
+    assert "a temporary left by a crash" not in m.log()
+    assert m.unmount() == 0
+
+
+# ------------------------------------------------------- rmdir
+
+
+def test_rmdir_removes_only_the_daemons_hidden_files(mount_factory):
+    """rmdir through the mount of a directory with no visible entries
+    removes the daemon's packs and temporaries, never a user's file named
+    .sqz-tmp.*: with one there it fails with ENOTEMPTY and removes nothing.
+    Before: any regular .sqz-tmp.* file was deleted."""
+    m = mount_factory()
+    rnd = random.Random(3)
+    cases = {
+        "notes": {".sqz-tmp.notes": b"a user's notes"},
+        "plain": {".sqz-tmp.0123456789abcdef": b"plain, not a container"},
+        "fakepack": {".sqz-tmp.pack.0123456789abcdef": b"not a pack" * 10},
+        "otherpack": {},  # a real pack renamed to another id: filled below
+    }
+    for d in list(cases) + ["own"]:
+        os.makedirs(m.path(d))
+        wr(m.path(d, "f"), rnd.randbytes(2000))
+    bk = {d: os.path.join(m.backing, d) for d in list(cases) + ["own"]}
+    assert wait_for(lambda: all(packed(os.path.join(b, "f")) for b in bk.values()))
+    for d in bk:
+        os.unlink(m.path(d, "f"))
+    pk = [n for n in os.listdir(bk["otherpack"]) if n.startswith(".sqz-tmp.pack.")]
+    assert len(pk) == 1
+    os.rename(os.path.join(bk["otherpack"], pk[0]),
+              os.path.join(bk["otherpack"], ".sqz-tmp.pack.00000000000000aa"))
+    for d, files in cases.items():
+        for n, content in files.items():
+            wr(os.path.join(bk[d], n), content)
+    for d in cases:
+        before = sorted(os.listdir(bk[d]))
+        try:
+            os.rmdir(m.path(d))
+            raise AssertionError(f"{d}: rmdir removed a user's file")
+        except OSError as e:
+            assert e.errno == errno.ENOTEMPTY, (d, e)
+        assert sorted(os.listdir(bk[d])) == before, d
+    # the daemon's own: a pack, a temporary of each kind
+    wr(os.path.join(bk["own"], ".sqz-tmp.00000000000000ab"), b"")
+    with open(os.path.join(bk["own"], ".sqz-tmp.00000000000000ac"), "wb") as f:
+        f.write(CTR_MAGIC + (2).to_bytes(4, "little"))
+    os.rmdir(m.path("own"))
+    assert not os.path.exists(bk["own"])
+    assert m.unmount() == 0

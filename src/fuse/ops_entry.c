@@ -4,6 +4,7 @@
  * with a single, checked name component; symlinks in BACKING are never
  * followed. */
 #include "fuse/fs.h"
+#include "fuse/leftover.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
 
@@ -368,47 +369,6 @@ static struct sqz_inode *file_of(struct sqz_fs *fs, struct sqz_inode *dir,
     return in;
 }
 
-/* rmdir of a directory that holds nothing but hidden names (packs, and
- * temporaries nothing can use any more): remove them. 0 if it held
- * nothing else, else -ENOTEMPTY. */
-static int clear_hidden(struct sqz_fs *fs, struct sqz_inode *p, const char *name)
-{
-    int dfd = openat(p->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
-        return -errno;
-    int d2 = dup(dfd);
-    DIR *dp = d2 >= 0 ? fdopendir(d2) : NULL;
-    if (!dp) {
-        if (d2 >= 0)
-            close(d2);
-        close(dfd);
-        return -ENOTEMPTY;
-    }
-    int rc = 0;
-    struct dirent *de;
-    for (int pass = 0; pass < 2 && rc == 0; pass++) { /* check, then remove */
-        rewinddir(dp);
-        while ((de = readdir(dp)) != NULL) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-                continue;
-            if (!sqz_name_hidden(de->d_name) || de->d_type == DT_DIR) {
-                rc = -ENOTEMPTY;
-                break;
-            }
-            if (pass == 1 && unlinkat(dfd, de->d_name, 0) != 0 && errno != ENOENT) {
-                rc = -errno;
-                break;
-            }
-            uint64_t id;
-            if (pass == 1 && sqz_pack_name_parse(de->d_name, &id))
-                sqz_pack_rd_forget(fs, id); /* its space is freed */
-        }
-    }
-    closedir(dp);
-    close(dfd);
-    return rc;
-}
-
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
@@ -434,7 +394,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     int e = sqz_name_errno(name, ENOENT);
     if (e == 0 && unlinkat(p->fd, name, AT_REMOVEDIR) != 0) {
         e = errno;
-        if ((e == ENOTEMPTY || e == EEXIST) && clear_hidden(fs, p, name) == 0)
+        if ((e == ENOTEMPTY || e == EEXIST) && sqz_hidden_clear(fs, p, name) == 0)
             e = unlinkat(p->fd, name, AT_REMOVEDIR) != 0 ? errno : 0;
     }
     fuse_reply_err(req, e);
