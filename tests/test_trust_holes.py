@@ -11,6 +11,8 @@ import stat
 import subprocess
 import time
 
+import pytest
+
 from conftest import run_as
 from mountlib import run_cli, squeezefs_bin
 
@@ -244,4 +246,72 @@ def test_rmdir_removes_only_the_daemons_hidden_files(mount_factory):
         f.write(CTR_MAGIC + (2).to_bytes(4, "little"))
     os.rmdir(m.path("own"))
     assert not os.path.exists(bk["own"])
+    assert m.unmount() == 0
+
+
+# ------------------------------------------------- set-ID bits
+
+NOBODY = 65534
+
+FALLOCATE = ("import ctypes,os,sys\n"
+             "fd=os.open(sys.argv[1], os.O_WRONLY)\n"
+             "libc=ctypes.CDLL(None, use_errno=True)\n"
+             "r=libc.fallocate(fd, int(sys.argv[2]), ctypes.c_long(0), ctypes.c_long(65536))\n"
+             "assert r == 0, os.strerror(ctypes.get_errno())\n")
+DIRECT = ("import mmap,os,sys\n"
+          "fd=os.open(sys.argv[1], os.O_RDWR | os.O_DIRECT)\n"
+          "b=mmap.mmap(-1, 4096); b.write(b'x' * 4096)\n"
+          "assert os.pwrite(fd, b, 0) == 4096\n")
+
+
+def run_as_nobody(code, *args):
+    def demote():
+        os.setgroups([])
+        os.setgid(NOBODY)
+        os.setuid(NOBODY)
+    r = subprocess.run(["/usr/bin/python3", "-c", code, *args], preexec_fn=demote,
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 0, r.stderr
+
+
+def setid_file(m, name, mode, owner=NOBODY):
+    p = m.path(name)
+    wr(p, b"#!/bin/sh\n" * 50)
+    os.chown(p, owner, owner)
+    os.chmod(p, mode)
+    return p
+
+
+def test_setid_bits_cleared_by_fallocate_and_direct_writes(public_mount_factory):
+    """As a local file system does (xfstests generic/683, generic/355): a
+    fallocate (allocating, keep-size or punching) and an O_DIRECT write by
+    a caller without CAP_FSETID clear S_ISUID, and S_ISGID when the group
+    may execute; set-group-ID without group execute stays; root's fallocate
+    keeps the bits. Before: fallocate kept them (the kernel leaves the
+    clearing to the daemon with FUSE_HANDLE_KILLPRIV_V2 and tells it
+    nothing for FALLOCATE)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a second user)")
+    m = public_mount_factory(options=["allow_other"])
+    for fmode in (0, 1):  # allocate, KEEP_SIZE (the modes squeezefs has)
+        p = setid_file(m, f"f{fmode}", 0o6775)
+        run_as_nobody(FALLOCATE, p, str(fmode))
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o775, fmode
+        p = setid_file(m, f"g{fmode}", 0o2664)
+        run_as_nobody(FALLOCATE, p, str(fmode))
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o2664, fmode
+    p = setid_file(m, "root", 0o6775)
+    fd = os.open(p, os.O_WRONLY)
+    os.posix_fallocate(fd, 0, 65536)
+    os.close(fd)
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o6775
+    # O_DIRECT writes: the kernel flags them (FUSE_WRITE_KILL_SUIDGID)
+    for mode, want in ((0o6644, 0o2644), (0o6744, 0o2744), (0o6654, 0o654),
+                       (0o6754, 0o754)):
+        p = setid_file(m, f"d{mode:o}", mode)
+        run_as_nobody(DIRECT, p)
+        assert stat.S_IMODE(os.stat(p).st_mode) == want, oct(mode)
+    for name in os.listdir(m.mnt):
+        assert stat.S_IMODE(os.stat(m.path(name)).st_mode) == \
+            stat.S_IMODE(os.stat(os.path.join(m.backing, name)).st_mode)
     assert m.unmount() == 0

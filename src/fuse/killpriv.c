@@ -9,6 +9,11 @@
  *   WRITE    write_flags & FUSE_WRITE_KILL_SUIDGID (writer lacks CAP_FSETID)
  *   SETATTR  valid & FATTR_KILL_SUIDGID             (truncate, same)
  *   OPEN     open_flags & FUSE_OPEN_KILL_SUIDGID    (O_TRUNC, same)
+ * (a direct write carries the WRITE flag too). FALLOCATE carries no such
+ * flag: the kernel's file_modified() hands the clearing to the daemon and
+ * says nothing, so the daemon asks the caller's CAP_FSETID itself
+ * (/proc/PID/status), as the VFS's should_remove_suid does for a local
+ * file system's fallocate.
  * squeezefs stores no security.* xattrs (setxattr refuses them), so there
  * is never a capability to remove; chown(2) on BACKING clears the bits
  * itself.
@@ -26,8 +31,11 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/fuse.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -64,6 +72,33 @@ static void kill_suidgid(struct sqz_fs *fs, uint64_t nodeid)
     if (fchmodat(AT_FDCWD, pp, st.st_mode & 07777 & ~kill, 0) != 0)
         sqz_logf(SQZ_LOG_WARN, "cannot clear set-ID bits after a write: %s",
                  strerror(errno));
+}
+
+/* Whether the caller of a request (its thread pid, uid) has CAP_FSETID in
+ * the daemon's user namespace. Unknown (pid 0: a caller in another pid
+ * namespace; gone meanwhile): root has it. */
+static int caller_has_fsetid(uint32_t pid, uint32_t uid)
+{
+    char p[64], buf[4096];
+    snprintf(p, sizeof(p), "/proc/%u/status", (unsigned)pid);
+    int fd = pid ? open(p, O_RDONLY | O_CLOEXEC) : -1;
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    const char *c = NULL;
+    if (n > 0) {
+        buf[n] = '\0';
+        c = strstr(buf, "\nCapEff:");
+    }
+    if (!c)
+        return uid == 0;
+    if (!(strtoull(c + 8, NULL, 16) & (1ull << CAP_FSETID)))
+        return 0;
+    struct stat a, b;
+    snprintf(p, sizeof(p), "/proc/%u/ns/user", (unsigned)pid);
+    if (stat(p, &a) != 0 || stat("/proc/self/ns/user", &b) != 0)
+        return uid == 0;
+    return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
 static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
@@ -106,6 +141,16 @@ static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
         if (an >= sizeof o) {
             memcpy(&o, arg, sizeof o);
             kill = (o.open_flags & FUSE_OPEN_KILL_SUIDGID) != 0;
+        }
+        break;
+    }
+    case FUSE_FALLOCATE: {
+        /* only the modes that succeed (content_io.c: allocate, KEEP_SIZE) */
+        struct fuse_fallocate_in f;
+        if (an >= sizeof f) {
+            memcpy(&f, arg, sizeof f);
+            kill = !(f.mode & ~(uint32_t)FALLOC_FL_KEEP_SIZE) &&
+                   !caller_has_fsetid(h.pid, h.uid);
         }
         break;
     }
