@@ -315,3 +315,34 @@ def test_setid_bits_cleared_by_fallocate_and_direct_writes(public_mount_factory)
         assert stat.S_IMODE(os.stat(m.path(name)).st_mode) == \
             stat.S_IMODE(os.stat(os.path.join(m.backing, name)).st_mode)
     assert m.unmount() == 0
+
+
+# ------------------------------------------------------- writer lock
+
+
+def test_writer_lock_is_private(public_mount_factory, tmp_path):
+    """The writer lock is 0600 (also one left 0644 by an older daemon's
+    crash): another local user cannot open it, so cannot take a lock on a
+    stale one that would block the next read-write mount. Before: 0644,
+    any user could open it and read-lock it."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a second user)")
+    m = public_mount_factory()
+    lock = os.path.join(m.backing, ".sqz-tmp.writer-lock")
+    os.chmod(m.backing, 0o755)
+    assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+    code = ("import os,sys\n"
+            "try:\n"
+            "    os.close(os.open(sys.argv[1], os.O_RDONLY))\n"
+            "    print('opened')\n"
+            "except PermissionError:\n"
+            "    print('denied')\n")
+    r = run_as(NOBODY, code.replace("sys.argv[1]", repr(lock)))
+    assert r.stdout.strip() == "denied", r
+    m.kill()  # a crash leaves the file; an older daemon made it 0644
+    os.chmod(lock, 0o644)
+    m.start()
+    assert stat.S_IMODE(os.stat(lock).st_mode) == 0o600
+    r = run_as(NOBODY, code.replace("sys.argv[1]", repr(lock)))
+    assert r.stdout.strip() == "denied", r
+    assert m.unmount() == 0
