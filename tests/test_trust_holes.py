@@ -346,3 +346,89 @@ def test_writer_lock_is_private(public_mount_factory, tmp_path):
     r = run_as(NOBODY, code.replace("sys.argv[1]", repr(lock)))
     assert r.stdout.strip() == "denied", r
     assert m.unmount() == 0
+
+
+# ------------------------------------------------- CREATE of an existing name
+
+RACE_SHIM = r"""
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+/* The daemon's CREATE (openat O_CREAT|O_EXCL) of the name in
+ * $SQZ_RACE_NAME finds that another creator made it just before: the file
+ * is made first (root's, $SQZ_RACE_MODE, "secret"), as in a race. */
+static int (*real)(int, const char *, int, ...);
+static int race(int dfd, const char *name, int flags)
+{
+    const char *want = getenv("SQZ_RACE_NAME");
+    if (!want || strcmp(name, want) || (flags & (O_CREAT | O_EXCL)) != (O_CREAT | O_EXCL))
+        return 0;
+    if (!real)
+        real = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, "openat");
+    mode_t m = (mode_t)strtol(getenv("SQZ_RACE_MODE"), NULL, 8);
+    int fd = real(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, m);
+    if (fd >= 0) {
+        fchmod(fd, m);
+        if (write(fd, "secret", 6) != 6) {}
+        close(fd);
+    }
+    return 0;
+}
+int openat(int dfd, const char *name, int flags, ...)
+{
+    va_list ap;
+    va_start(ap, flags);
+    mode_t mode = (flags & (O_CREAT | O_TMPFILE)) ? va_arg(ap, mode_t) : 0;
+    va_end(ap);
+    race(dfd, name, flags);
+    if (!real)
+        real = (int (*)(int, const char *, int, ...))dlsym(RTLD_NEXT, "openat");
+    return real(dfd, name, flags, mode);
+}
+int openat64(int dfd, const char *name, int flags, ...)
+    __attribute__((alias("openat")));
+"""
+
+
+def test_create_of_a_name_made_meanwhile_checks_permissions(public_mount_factory,
+                                                            tmp_path):
+    """CREATE (open O_CREAT without O_EXCL) of a name another creator made
+    between the kernel's negative LOOKUP and the daemon's create opens the
+    existing file, as open(2) would, but only with the access the caller
+    has on it: the kernel checked nothing (it saw no file). Before: a user
+    opened root's 0600 file for writing."""
+    import shutil
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a second user)")
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.skip("no C compiler for the race shim")
+    src = tmp_path / "race.c"
+    src.write_text(RACE_SHIM)
+    so = tmp_path / "race.so"
+    subprocess.run([cc, "-shared", "-fPIC", "-O1", "-o", str(so), str(src), "-ldl"],
+                   check=True)
+    opened = ("import os,sys\n"
+              "try:\n"
+              "    fd = os.open(sys.argv[1], os.O_CREAT | int(sys.argv[2]), 0o666)\n"
+              "    print('opened', os.fstat(fd).st_uid)\n"
+              "except PermissionError:\n"
+              "    print('denied')\n")
+    for mode, acc, want in (("600", os.O_WRONLY, "denied"), ("644", os.O_RDWR, "denied"),
+                            ("644", os.O_RDONLY, "opened 0"),
+                            ("666", os.O_WRONLY, "opened 0"),
+                            ("622", os.O_WRONLY, "opened 0"),
+                            ("644", os.O_RDONLY | os.O_TRUNC, "denied")):
+        m = public_mount_factory(options=["allow_other"], name=f"m{mode}{acc}",
+                                 env={"LD_PRELOAD": str(so), "SQZ_RACE_NAME": "f",
+                                      "SQZ_RACE_MODE": mode})
+        os.chmod(m.backing, 0o777)
+        r = run_as(NOBODY, opened.replace("sys.argv[1]", repr(m.path("f")))
+                                 .replace("int(sys.argv[2])", str(acc)))
+        assert r.stdout.strip() == want, (mode, acc, r)
+        assert rd(os.path.join(m.backing, "f")) == b"secret"
+        assert m.unmount() == 0

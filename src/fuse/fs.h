@@ -621,6 +621,9 @@ void sqz_tier_free(struct sqz_fs *fs);
 int sqz_tier_stats_json(struct sqz_fs *fs, char *buf, size_t n);
 
 /* ---- ops_*.c: the lowlevel operations ---- */
+/* Whether the caller of req may access (access(2) mask: R_OK, W_OK, X_OK)
+ * the object st describes, by its mode bits. 0 or -EACCES. */
+int sqz_req_may(fuse_req_t req, const struct stat *st, int mask);
 void sqz_ops_entry(struct fuse_lowlevel_ops *ops);
 void sqz_ops_file(struct fuse_lowlevel_ops *ops);
 void sqz_ops_dir(struct fuse_lowlevel_ops *ops);

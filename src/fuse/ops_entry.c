@@ -511,8 +511,6 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
         fuse_reply_statfs(req, &sv);
 }
 
-/* Only reached without default_permissions (then only the mounting user
- * can use the mount): check the mode bits for the caller. */
 /* Is gid one of the caller's supplementary groups? All of them count (a
  * user may be in hundreds: NGROUPS_MAX is 65536). */
 static int in_supplementary_groups(fuse_req_t req, gid_t gid)
@@ -535,6 +533,34 @@ static int in_supplementary_groups(fuse_req_t req, gid_t gid)
     return found;
 }
 
+/* ACCESS is only reached without default_permissions (then only the
+ * mounting user can use the mount); CREATE of a name made meanwhile asks
+ * too (ops_file.c). */
+int sqz_req_may(fuse_req_t req, const struct stat *st, int mask)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    if (mask == F_OK)
+        return 0;
+    if (ctx->uid == 0) {
+        /* root: X needs at least one x bit (or a directory). */
+        int ok = !(mask & X_OK) || S_ISDIR(st->st_mode) ||
+                 (st->st_mode & (S_IXUSR | S_IXGRP | S_IXOTH));
+        return ok ? 0 : -EACCES;
+    }
+    mode_t bits;
+    if (ctx->uid == st->st_uid) {
+        bits = (st->st_mode >> 6) & 7;
+    } else {
+        int ingroup = ctx->gid == st->st_gid;
+        if (!ingroup)
+            ingroup = in_supplementary_groups(req, st->st_gid);
+        bits = ingroup ? (st->st_mode >> 3) & 7 : st->st_mode & 7;
+    }
+    int need = ((mask & R_OK) ? 4 : 0) | ((mask & W_OK) ? 2 : 0) |
+               ((mask & X_OK) ? 1 : 0);
+    return ((int)bits & need) == need ? 0 : -EACCES;
+}
+
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
@@ -549,30 +575,7 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
         fuse_reply_err(req, EROFS);
         return;
     }
-    const struct fuse_ctx *ctx = fuse_req_ctx(req);
-    if (mask == F_OK) {
-        fuse_reply_err(req, 0);
-        return;
-    }
-    if (ctx->uid == 0) {
-        /* root: X needs at least one x bit (or a directory). */
-        int ok = !(mask & X_OK) || S_ISDIR(st.st_mode) ||
-                 (st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH));
-        fuse_reply_err(req, ok ? 0 : EACCES);
-        return;
-    }
-    mode_t bits;
-    if (ctx->uid == st.st_uid) {
-        bits = (st.st_mode >> 6) & 7;
-    } else {
-        int ingroup = ctx->gid == st.st_gid;
-        if (!ingroup)
-            ingroup = in_supplementary_groups(req, st.st_gid);
-        bits = ingroup ? (st.st_mode >> 3) & 7 : st.st_mode & 7;
-    }
-    int need = ((mask & R_OK) ? 4 : 0) | ((mask & W_OK) ? 2 : 0) |
-               ((mask & X_OK) ? 1 : 0);
-    fuse_reply_err(req, ((int)bits & need) == need ? 0 : EACCES);
+    fuse_reply_err(req, -sqz_req_may(req, &st, mask));
 }
 
 void sqz_ops_entry(struct fuse_lowlevel_ops *ops)
