@@ -122,25 +122,30 @@ def daemon_temps(bdir):
 TEMP_RE = re.compile(r"^\.sqz-tmp\.[0-9a-f]{16}$")
 
 
-def test_leftover_temporaries_are_reported_and_removed(mount_factory):
-    """A kill -9 during a recompress leaves its hidden temporary: verify
-    lists it with its size (exit 3), and the next read-write mount removes
-    it when it lists the directory. Hidden files the daemon did not make
-    (a user's, a plain file with a temporary's name, an offline recompress
-    temporary) are listed by verify and never removed. Before: verify
-    skipped them all (exit 0) and the temporary stayed for good."""
-    m = mount_factory(options=["compress=zstd:1/64K", "nopack"])
+def test_leftover_temporaries_are_reported_and_removed(mount_factory, tmp_path):
+    """A kill -9 during a tiering (a recompress or packing alike) leaves its
+    hidden temporary: verify lists it with its size (exit 3), and the next
+    read-write mount removes it when it lists the directory. Hidden files
+    the daemon did not make (a user's, a plain file with a temporary's
+    name, an offline recompress temporary) are listed by verify and never
+    removed. Before: verify skipped them all (exit 0) and the temporary
+    stayed for good."""
+    rules = tmp_path / "rules"
+    rules.write_text("/d/** lz4/64K after 1d zstd:6/256K\n* zstd:1\n")
+    opts = ["policy=" + str(rules), "nopack"]
+    m = mount_factory(options=opts)
     os.makedirs(m.path("d"))
-    data = text(6 << 20, 1)
+    data = text(3 << 20, 1)
     wr(m.path("d", "f"), data)
+    old = time.time() - 2 * 86400
+    os.utime(m.path("d", "f"), (old, old))
     bd = os.path.join(m.backing, "d")
-    setter = subprocess.Popen(
-        ["python3", "-c",
-         "import os,sys\ntry: os.setxattr(sys.argv[1], 'user.squeezefs.recompress', b'gzip:9')\n"
-         "except OSError: pass", m.path("d", "f")])
+    job = subprocess.Popen([squeezefs_bin(), "tier", "--max-rate", "1", m.path("d", "f")],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     assert wait_for(lambda: daemon_temps(bd), timeout=20), m.log()
+    time.sleep(0.3)  # some of the copy written
     m.kill()
-    setter.wait(timeout=60)
+    job.wait(timeout=60)
     left = daemon_temps(bd)
     assert len(left) == 1
     foreign = {".sqz-tmp.notes": b"a user's notes",
@@ -159,8 +164,7 @@ def test_leftover_temporaries_are_reported_and_removed(mount_factory):
         assert f"{os.path.join(bd, n)}: leftover hidden file, {size} bytes ({why}" \
             in r.stdout, (n, r.stdout)
     assert "writer-lock" not in r.stdout
-    m = mount_factory(options=["compress=zstd:1/64K", "nopack"],
-                      backing=m.backing, name="again")
+    m = mount_factory(options=opts, backing=m.backing, name="again")
     assert rd(m.path("d", "f")) == data
     assert os.listdir(m.path("d")) == ["f"]
     assert daemon_temps(bd) == [".sqz-tmp.0123456789abcdef"]
