@@ -103,6 +103,44 @@ def test_torn_unpacking_reads_as_the_packed_content(mount_factory):
     assert run_cli("verify", m.backing, check=False).returncode == 0
 
 
+def test_stale_pointer_on_a_container_emptied_counts_for_nothing(mount_factory):
+    """An unpacking whose pointer removal a crash undid leaves a container
+    with a stale pointer; emptied later (truncate, O_TRUNC), it has a
+    commit: an empty file, never the old packed content again."""
+    m = mount_factory()
+    old = {"t": b"old packed content " * 50, "o": b"other old content " * 50}
+    for n, c in old.items():
+        wr(m.path(n), c)
+    back = {n: os.path.join(m.backing, n) for n in old}
+    assert wait_for(lambda: all(packed(b) for b in back.values())), m.log()
+    ptrs = {n: os.getxattr(b, PTR_XATTR) for n, b in back.items()}
+    assert m.unmount() == 0
+    m = mount_factory(options=["nopack"], backing=m.backing, name="nopack")
+    for n in old:
+        with open(m.path(n), "r+b") as f:  # unpacked: a container
+            f.write(b"N")
+    assert m.unmount() == 0
+    for n, b in back.items():
+        assert rd(b).startswith(CTR_MAGIC) and not has_pointer(b)
+        os.setxattr(b, PTR_XATTR, ptrs[n])  # the removal undone by a crash
+    m.start()
+    assert rd(m.path("t")) == b"N" + old["t"][1:]
+    os.truncate(m.path("t"), 0)
+    with open(m.path("o"), "r+b") as f:
+        f.truncate(0)
+    wr(m.path("o"), b"")
+    for n in old:
+        assert os.stat(m.path(n)).st_size == 0 and rd(m.path(n)) == b"", n
+    assert m.unmount() == 0
+    for n, b in back.items():
+        c = subprocess.run([squeezefs_bin(), "cat", b], capture_output=True, timeout=60)
+        assert c.returncode == 0 and c.stdout == b"", n
+    m.start()
+    for n in old:
+        assert os.stat(m.path(n)).st_size == 0 and rd(m.path(n)) == b"", n
+    assert m.unmount() == 0
+
+
 # ------------------------------------------------- hidden temporaries
 
 

@@ -99,7 +99,8 @@ int cli_packed_load(int fd, const char *path, sqz_pack_ptr *p, void **buf,
 /* A file with bytes whose pack pointer still counts: an unpacking torn by
  * a crash (docs/FORMAT.md "Unpacking"), i.e. a file with a pointer that
  * probes (pr) as the start of a container header (SQZ_PROBE_TORN) or as a
- * container holding nothing yet. Then cli_packed_load gives its content. */
+ * container holding nothing yet (no commit). Then cli_packed_load gives
+ * its content. */
 bool cli_unpack_torn(int fd, int pr);
 /* Check the pack file open as fd at path (sqz_pack_check, and its id
  * against its name). 0 clean (*entries set); 1 bytes from *end on are no

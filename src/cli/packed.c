@@ -70,7 +70,7 @@ bool cli_unpack_torn(int fd, int pr)
     sqz_ctr *c;
     if (sqz_ctr_open_fd(d, SQZ_OPEN_RDONLY, SQZ_LABEL_FROM_FD, &c) < 0)
         return false; /* d closed by the library */
-    bool empty = sqz_ctr_length(c) == 0;
+    bool empty = !sqz_ctr_committed(c);
     sqz_ctr_close(c);
     return empty;
 }

@@ -104,14 +104,15 @@ static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
     return r;
 }
 
-/* A container that holds nothing yet (c, opened read-only) on a file with
- * a valid pack pointer: an unpacking torn by a crash after its header
- * reached the file (the pointer goes only after the container is synced
- * with the content). 1 or 0. */
+/* A container that holds nothing yet (c, opened read-only: no commit) on
+ * a file with a valid pack pointer: an unpacking torn by a crash after its
+ * header reached the file (the pointer goes only after the container is
+ * synced with the content). One truncated to 0 has a commit: a stale
+ * pointer on it counts for nothing. 1 or 0. */
 static int torn_unpacking(struct sqz_inode *in, sqz_ctr *c)
 {
     sqz_pack_ptr p;
-    return sqz_ctr_length(c) == 0 && sqz_pack_ptr_of(in, &p, NULL, 0) == 1;
+    return !sqz_ctr_committed(c) && sqz_pack_ptr_of(in, &p, NULL, 0) == 1;
 }
 
 /* Kind and logical length of a regular file that has no open handle
