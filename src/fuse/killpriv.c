@@ -53,27 +53,6 @@ int sqz_killpriv_active(void)
     return atomic_load(&g_enabled);
 }
 
-/* Clear S_ISUID, and S_ISGID if group-executable, of in's backing file. */
-static void kill_suidgid(struct sqz_fs *fs, uint64_t nodeid)
-{
-    struct sqz_inode *in = sqz_inode_of(fs, (fuse_ino_t)nodeid);
-    if (!in || in->type != S_IFREG)
-        return;
-    struct stat st;
-    if (fstatat(in->fd, "", &st, AT_EMPTY_PATH) != 0)
-        return;
-    mode_t kill = st.st_mode & S_ISUID;
-    if ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP))
-        kill |= S_ISGID;
-    if (!kill)
-        return;
-    char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    if (fchmodat(AT_FDCWD, pp, st.st_mode & 07777 & ~kill, 0) != 0)
-        sqz_logf(SQZ_LOG_WARN, "cannot clear set-ID bits after a write: %s",
-                 strerror(errno));
-}
-
 /* Whether the caller of a request (its thread pid, uid) has CAP_FSETID in
  * the daemon's user namespace. Unknown (pid 0: a caller in another pid
  * namespace; gone meanwhile): root has it. */
@@ -99,6 +78,31 @@ static int caller_has_fsetid(uint32_t pid, uint32_t uid)
     if (stat(p, &a) != 0 || stat("/proc/self/ns/user", &b) != 0)
         return uid == 0;
     return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+/* Clear S_ISUID, and S_ISGID if group-executable, of in's backing file
+ * (ask: only if the caller h lacks CAP_FSETID, asked only when there are
+ * bits to clear). */
+static void kill_suidgid(struct sqz_fs *fs, const struct fuse_in_header *h,
+                         int ask)
+{
+    uint64_t nodeid = h->nodeid;
+    struct sqz_inode *in = sqz_inode_of(fs, (fuse_ino_t)nodeid);
+    if (!in || in->type != S_IFREG)
+        return;
+    struct stat st;
+    if (fstatat(in->fd, "", &st, AT_EMPTY_PATH) != 0)
+        return;
+    mode_t kill = st.st_mode & S_ISUID;
+    if ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP))
+        kill |= S_ISGID;
+    if (!kill || (ask && caller_has_fsetid(h->pid, h->uid)))
+        return;
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    if (fchmodat(AT_FDCWD, pp, st.st_mode & 07777 & ~kill, 0) != 0)
+        sqz_logf(SQZ_LOG_WARN, "cannot clear set-ID bits after a write: %s",
+                 strerror(errno));
 }
 
 static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
@@ -149,8 +153,8 @@ static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
         struct fuse_fallocate_in f;
         if (an >= sizeof f) {
             memcpy(&f, arg, sizeof f);
-            kill = !(f.mode & ~(uint32_t)FALLOC_FL_KEEP_SIZE) &&
-                   !caller_has_fsetid(h.pid, h.uid);
+            /* 2: if the caller lacks CAP_FSETID (asked of /proc) */
+            kill = !(f.mode & ~(uint32_t)FALLOC_FL_KEEP_SIZE) ? 2 : 0;
         }
         break;
     }
@@ -158,7 +162,7 @@ static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
         return;
     }
     if (kill && atomic_load(&g_enabled) && !fs->opts.ro)
-        kill_suidgid(fs, h.nodeid);
+        kill_suidgid(fs, &h, kill == 2);
 }
 
 static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)
