@@ -1,7 +1,7 @@
-"""The smaller holes of issue 31 (item 4 and the set-ID part of item 5),
-through real mounts: a torn unpacking, stale hidden temporaries, rmdir
+"""The smaller holes of issue 31 (item 4, and the set-ID tests of item 5),
+through real mounts: a torn unpacking, leftover hidden temporaries, rmdir
 and a user's `.sqz-tmp.*` file, set-ID bits on fallocate and direct
-writes, and the writer lock's mode."""
+writes, the writer lock's mode, and CREATE of a name made meanwhile."""
 import errno
 import json
 import os
@@ -53,8 +53,8 @@ def packed(bpath):
 def test_torn_unpacking_reads_as_the_packed_content(mount_factory):
     """An unpacking torn by a crash after more than the header's first
     sector reached the backing file (a whole header, the header region,
-    the header region and part of a record: a container that holds
-    nothing), the pointer still set: the packed content counts. verify
+    the header region and part of a record: a container with no commit),
+    the pointer still set: the packed content counts. verify
     names it (exit 3, never 0), a read-only mount reads the packed content,
     a read-write one resets the backing file to 0 bytes (the packed file
     again). Before: an empty file, and verify exit 0 for the header
