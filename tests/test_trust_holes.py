@@ -441,8 +441,9 @@ def test_create_of_a_name_made_meanwhile_checks_permissions(public_mount_factory
     """CREATE (open O_CREAT without O_EXCL) of a name another creator made
     between the kernel's negative LOOKUP and the daemon's create opens the
     existing file, as open(2) would, but only with the access the caller
-    has on it: the kernel checked nothing (it saw no file). Before: a user
-    opened root's 0600 file for writing."""
+    has on it: the kernel checked nothing (it saw no file); with O_TRUNC
+    its set-ID bits go. Before: a user opened root's 0600 file for
+    writing, and O_TRUNC kept root's set-ID bits."""
     import shutil
     if os.geteuid() != 0:
         pytest.skip("needs root (a second user)")
@@ -474,3 +475,16 @@ def test_create_of_a_name_made_meanwhile_checks_permissions(public_mount_factory
         assert r.stdout.strip() == want, (mode, acc, r)
         assert rd(os.path.join(m.backing, "f")) == b"secret"
         assert m.unmount() == 0
+    # with O_TRUNC, as an open(O_TRUNC) would: emptied, set-ID bits cleared
+    # for a caller without CAP_FSETID
+    m = public_mount_factory(options=["allow_other"], name="trunc",
+                             env={"LD_PRELOAD": str(so), "SQZ_RACE_NAME": "f",
+                                  "SQZ_RACE_MODE": "6777"})
+    os.chmod(m.backing, 0o777)
+    r = run_as(NOBODY, opened.replace("sys.argv[1]", repr(m.path("f")))
+                             .replace("int(sys.argv[2])", str(os.O_WRONLY | os.O_TRUNC)))
+    assert r.stdout.strip() == "opened 0", r
+    assert stat.S_IMODE(os.stat(os.path.join(m.backing, "f")).st_mode) == 0o777
+    st = os.stat(m.path("f"))
+    assert st.st_size == 0 and stat.S_IMODE(st.st_mode) == 0o777
+    assert m.unmount() == 0

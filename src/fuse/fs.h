@@ -226,6 +226,10 @@ static inline struct sqz_fs *sqz_fs_of(fuse_req_t req)
 int sqz_killpriv_install(struct fuse_session *se);
 /* 1 once the kernel accepted FUSE_HANDLE_KILLPRIV_V2. */
 int sqz_killpriv_active(void);
+/* CREATE with O_TRUNC opened a file another creator made meanwhile: clear
+ * its set-ID bits as an O_TRUNC open would (the caller lacks CAP_FSETID). */
+void sqz_killpriv_create_trunc(struct sqz_fs *fs, fuse_req_t req,
+                               struct sqz_inode *in);
 
 /* ---- inode.c: inode table ---- */
 int sqz_itable_init(struct sqz_fs *fs, const char *backing);

@@ -26,7 +26,8 @@
  * runs. writev() adds FUSE_HANDLE_KILLPRIV_V2 to the INIT reply if the
  * kernel offered it. Every other message passes through unchanged.
  * CREATE of a name that already exists (a race; op_create then opens it)
- * is not covered: the kernel sends OPEN for existing files. */
+ * with O_TRUNC: op_create asks sqz_killpriv_create_trunc (the kernel's
+ * flag for it is not passed on by libfuse 3.14). */
 #include "fuse/fs.h"
 
 #include <errno.h>
@@ -81,13 +82,11 @@ static int caller_has_fsetid(uint32_t pid, uint32_t uid)
 }
 
 /* Clear S_ISUID, and S_ISGID if group-executable, of in's backing file
- * (ask: only if the caller h lacks CAP_FSETID, asked only when there are
- * bits to clear). */
-static void kill_suidgid(struct sqz_fs *fs, const struct fuse_in_header *h,
+ * (ask: only if the caller pid/uid lacks CAP_FSETID, asked only when there
+ * are bits to clear). */
+static void kill_suidgid(struct sqz_inode *in, uint32_t pid, uint32_t uid,
                          int ask)
 {
-    uint64_t nodeid = h->nodeid;
-    struct sqz_inode *in = sqz_inode_of(fs, (fuse_ino_t)nodeid);
     if (!in || in->type != S_IFREG)
         return;
     struct stat st;
@@ -96,7 +95,7 @@ static void kill_suidgid(struct sqz_fs *fs, const struct fuse_in_header *h,
     mode_t kill = st.st_mode & S_ISUID;
     if ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP))
         kill |= S_ISGID;
-    if (!kill || (ask && caller_has_fsetid(h->pid, h->uid)))
+    if (!kill || (ask && caller_has_fsetid(pid, uid)))
         return;
     char pp[64];
     sqz_proc_path(in->fd, pp, sizeof(pp));
@@ -162,7 +161,16 @@ static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
         return;
     }
     if (kill && atomic_load(&g_enabled) && !fs->opts.ro)
-        kill_suidgid(fs, &h, kill == 2);
+        kill_suidgid(sqz_inode_of(fs, (fuse_ino_t)h.nodeid), h.pid, h.uid,
+                     kill == 2);
+}
+
+void sqz_killpriv_create_trunc(struct sqz_fs *fs, fuse_req_t req,
+                               struct sqz_inode *in)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    if (atomic_load(&g_enabled) && !fs->opts.ro)
+        kill_suidgid(in, (uint32_t)ctx->pid, (uint32_t)ctx->uid, 1);
 }
 
 static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)

@@ -149,8 +149,12 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
                 int mask = (acc != O_WRONLY ? R_OK : 0) |
                            (acc != O_RDONLY || (fi->flags & O_TRUNC) ? W_OK : 0);
                 rc = in->type != S_IFREG ? -EISDIR : sqz_req_may(req, &e.attr, mask);
+                if (rc == 0 && (fi->flags & O_TRUNC) && acc != O_RDONLY)
+                    sqz_killpriv_create_trunc(fs, req, in);
                 if (rc == 0)
                     rc = sqz_content_open(fs, in, flags & ~O_CREAT, h, &kc);
+                if (rc == 0) /* as the open left it (O_TRUNC, set-ID bits) */
+                    sqz_getattr(fs, in, &e.attr);
                 if (rc) {
                     sqz_inode_forget(fs, in, 1);
                 } else {
