@@ -94,6 +94,8 @@ PATH_ALLOWED = {  # file: (the path arguments allowed there, or None: any; why)
     "src/fuse/mount.c": (None, "BACKING, the mount point: the command line"),
     "src/fuse/shutdown.c": (None, "/sys/fs/fuse/connections, the mount point"),
     "src/fuse/readahead.c": (None, "/proc and /sys files of the mount's bdi"),
+    "src/fuse/killpriv.c": (None, "/proc/PID/status and /proc/PID/ns/user "
+                            "of the caller (CAP_FSETID)"),
     "src/fuse/remount.c": ({"mnt"}, "the mount point named on the command line "
                            "(remount runs in the command, not the daemon)"),
     "src/fuse/revalidate.c": (None, "/proc/self/mountinfo"),

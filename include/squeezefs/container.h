@@ -152,6 +152,11 @@ int sqz_ctr_close(sqz_ctr *c);
 
 const sqz_params *sqz_ctr_params(const sqz_ctr *c);
 uint64_t sqz_ctr_length(sqz_ctr *c);
+/* 1 if a commit of c was applied (read from its log or its checkpoint),
+ * 0 if it holds nothing yet: a creation whose first commit never reached
+ * the file (torn by a crash, docs/FORMAT.md "Creation"). A container
+ * truncated to 0 bytes has a commit. */
+int sqz_ctr_committed(sqz_ctr *c);
 int sqz_ctr_fd(const sqz_ctr *c); /* for fstat/fchmod/xattrs by the owner */
 int sqz_ctr_stat(sqz_ctr *c, struct sqz_ctr_stat *st);
 /* The stored bytes of c's live blocks and of those no longer referenced

@@ -121,6 +121,11 @@ int sqz_pack_writer_flush(sqz_pack_writer *w);
 /* Close the pack (no flush). */
 void sqz_pack_writer_close(sqz_pack_writer *w);
 
+/* 1 if the file open as fd starts with the header of pack id, or is
+ * shorter than a header and holds its first bytes (the creation of the
+ * pack torn by a crash: 0 bytes included); 0 if not; -errno. */
+int sqz_pack_header_is(int fd, uint64_t id);
+
 /* Check a whole pack file: header, every entry's header and checksum.
  * Returns the number of entries found, or -EBADMSG (reason in err) at the
  * first damage; *end receives where the checked entries end. */

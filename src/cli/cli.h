@@ -99,13 +99,19 @@ int cli_is_own_hidden(const char *path);
 int cli_is_pack_name(const char *path);
 /* The content of a packed file, open as fd at path: its pointer (xattr
  * SQZ_PACK_XATTR), then its entry in the pack of its directory, checked.
- * Callers ask only for a 0-byte file or a torn creation (a pointer on a
- * file with bytes counts for nothing). 1 (*p filled, *buf malloc'd,
+ * Callers ask only for a 0-byte file or a torn unpacking (a pointer on
+ * another file with bytes counts for nothing). 1 (*p filled, *buf malloc'd,
  * p->length bytes), 0 no pointer, -EBADMSG a damaged pointer or -EIO a
  * damaged or missing entry ("damaged packed file: why" in err), other
  * -errno. */
 int cli_packed_load(int fd, const tree_at *at, const char *path, sqz_pack_ptr *p,
                     void **buf, char *err, size_t errlen);
+/* A file with bytes whose pack pointer still counts: an unpacking torn by
+ * a crash (docs/FORMAT.md "Unpacking"), i.e. a file with a pointer that
+ * probes (pr) as the start of a container header (SQZ_PROBE_TORN) or as a
+ * container holding nothing yet (no commit). Then cli_packed_load gives
+ * its content. */
+bool cli_unpack_torn(int fd, int pr);
 /* Check the pack file open as fd at path (sqz_pack_check, and its id
  * against its name). 0 clean (*entries set); 1 bytes from *end on are no
  * readable entries but no packed file of the directory points there (an

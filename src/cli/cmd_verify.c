@@ -3,11 +3,13 @@
  * packed file (its pointer, and its entry read, checked and decompressed)
  * and every pack file (each entry's header and checksum), and name each
  * damaged file and block, and every uncommitted tail.
+ * Hidden files (.sqz-tmp.*) other than packs, the writer lock and the tier
+ * state are listed as leftovers with their size (a warning).
  * Exit status: 0 clean, 1 damaged (or unreadable), 3 no damage but an
  * uncommitted tail (bytes after the last valid commit: left by a crash
  * before the data was synced, or damage that cannot be told apart from
- * that) or a warning (a damaged anchor slot next to a valid one) in at
- * least one file, 2 usage. */
+ * that) or a warning (a damaged anchor slot next to a valid one, a
+ * leftover hidden file) in at least one file, 2 usage. */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -21,7 +23,8 @@
 
 typedef struct verify_ctx {
     bool verbose, json;
-    unsigned long checked, damaged, tails, skipped, errors;
+    unsigned long checked, damaged, tails, skipped, errors, leftovers;
+    uint64_t leftover_bytes;
     const char *current;
     json_w jw;
     /* problems of the current file (JSON mode) */
@@ -128,7 +131,7 @@ static void verify_pack(verify_ctx *x, const tree_at *at, const char *path, int 
     }
 }
 
-/* A 0-byte file or a torn creation (torn: its size) with a pack pointer:
+/* A 0-byte file or a torn unpacking (torn: its size) with a pack pointer:
  * its entry read and checked. 1 done, 0 no pointer (not packed). */
 static int verify_packed(verify_ctx *x, const tree_at *at, const char *path, int fd,
                          uint64_t torn)
@@ -166,6 +169,56 @@ static int verify_packed(verify_ctx *x, const tree_at *at, const char *path, int
     return 1;
 }
 
+/* 1 if base is SQZ_TMP_PREFIX + 16 hex digits and the file 0 bytes or a
+ * container (or its start): a temporary of the daemon's recompress,
+ * tiering or packing (src/fuse/replace.c, leftover.c). */
+static int daemon_temp(const tree_at *at, const char *base, const struct stat *st)
+{
+    size_t pl = sizeof CLI_TMP_PREFIX - 1;
+    if (strlen(base) != pl + 16 || st->st_nlink != 1)
+        return 0;
+    for (size_t i = pl; i < pl + 16; i++)
+        if (!strchr("0123456789abcdef", base[i]))
+            return 0;
+    if (st->st_size == 0)
+        return 1;
+    int fd = openat(at->dirfd, at->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
+        return 0;
+    int p = sqz_ctr_probe_fd(fd);
+    close(fd);
+    return p == 1 || p == SQZ_PROBE_TORN || p == -EBADMSG;
+}
+
+/* A hidden file that is not a pack: the writer lock and the tier state of
+ * a mount are skipped, anything else is a leftover (a warning): the mount
+ * never shows it, so its space is otherwise lost unseen. */
+static void verify_hidden(verify_ctx *x, const char *path, const struct stat *st,
+                          const tree_at *at)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    if (!strcmp(base, CLI_TMP_PREFIX "writer-lock") ||
+        !strcmp(base, CLI_TMP_PREFIX "tier-state"))
+        return;
+    const char *what = daemon_temp(at, base, st)
+        ? "a temporary of the daemon's recompress, tiering or packing, left "
+          "by a crash (or in use by a running mount): a read-write mount "
+          "removes it when it lists this directory"
+        : "not shown through the mount and not removed by it: a temporary of "
+          "squeezefs recompress stopped by a crash, or a file put here by hand";
+    char msg[320];
+    snprintf(msg, sizeof msg, "leftover hidden file, %lld bytes (%s)",
+             (long long)st->st_size, what);
+    x->current = path;
+    report(x, msg);
+    if (x->json)
+        json_file(x, path, "leftover", 0, NULL);
+    x->leftovers++;
+    x->leftover_bytes += (uint64_t)st->st_size;
+    fflush(stdout);
+}
+
 static int verify_file(void *user, const char *path, const char *rel,
                        const struct stat *st, const tree_at *at)
 {
@@ -173,9 +226,11 @@ static int verify_file(void *user, const char *path, const char *rel,
     if (!S_ISREG(st->st_mode))
         return 0;
     bool pack = cli_is_pack_name(path);
-    /* the writer lock and recompress temporaries of a live mount */
-    if (!pack && cli_is_own_hidden(path) && rel[0])
+    /* hidden files of a mount other than packs */
+    if (!pack && cli_is_own_hidden(path) && rel[0]) {
+        verify_hidden(x, path, st, at);
         return 0;
+    }
     int fd = openat(at->dirfd, at->name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) {
         file_error(x, path, errno);
@@ -188,8 +243,8 @@ static int verify_file(void *user, const char *path, const char *rel,
         return 0;
     }
     int pr = sqz_ctr_probe_fd(fd);
-    if ((st->st_size == 0 || pr == SQZ_PROBE_TORN) &&
-        verify_packed(x, at, path, fd, pr == SQZ_PROBE_TORN ? (uint64_t)st->st_size : 0)) {
+    if ((st->st_size == 0 || cli_unpack_torn(fd, pr)) &&
+        verify_packed(x, at, path, fd, (uint64_t)st->st_size)) {
         close(fd);
         fflush(stdout);
         return 0;
@@ -301,9 +356,9 @@ int cmd_verify(int argc, char **argv)
             x.errors++;
         }
     }
-    int rc = (x.damaged || x.errors) ? CLI_FAIL
-             : x.tails                 ? VERIFY_TAIL
-                                       : CLI_OK;
+    int rc = (x.damaged || x.errors)  ? CLI_FAIL
+             : x.tails || x.leftovers ? VERIFY_TAIL
+                                      : CLI_OK;
     if (x.json) {
         json_end_arr(&x.jw);
         json_key(&x.jw, "checked");
@@ -314,6 +369,10 @@ int cmd_verify(int argc, char **argv)
         json_u64(&x.jw, x.tails);
         json_key(&x.jw, "skipped");
         json_u64(&x.jw, x.skipped);
+        json_key(&x.jw, "leftovers");
+        json_u64(&x.jw, x.leftovers);
+        json_key(&x.jw, "leftover_bytes");
+        json_u64(&x.jw, x.leftover_bytes);
         json_key(&x.jw, "errors");
         json_u64(&x.jw, x.errors);
         json_key(&x.jw, "exit_status");
@@ -327,6 +386,9 @@ int cmd_verify(int argc, char **argv)
             printf(", %lu with an uncommitted tail or a warning", x.tails);
         if (x.skipped)
             printf(", %lu not containers (skipped)", x.skipped);
+        if (x.leftovers)
+            printf(", %lu leftover hidden file%s (%" PRIu64 " bytes)", x.leftovers,
+                   x.leftovers == 1 ? "" : "s", x.leftover_bytes);
         printf("\n");
     }
     free(x.msgs);

@@ -41,9 +41,9 @@ int cli_src_openat(const tree_at *at, const char *path, cli_src *s)
         close(fd);
         return pr;
     }
-    /* a packed file: its content, read and checked; a torn creation with
-     * a pointer is an unpacking torn by a crash: the packed content */
-    if (st.st_size == 0 || pr == SQZ_PROBE_TORN) {
+    /* a packed file: its content, read and checked; so is an unpacking
+     * torn by a crash (the pointer still counts) */
+    if (st.st_size == 0 || cli_unpack_torn(fd, pr)) {
         void *buf;
         int r = cli_packed_load(fd, at, path, &s->ptr, &buf, s->err, sizeof s->err);
         if (r != 0)

@@ -52,7 +52,7 @@ static int from_container(const tree_at *at, const char *path, cli_ctr_figures *
     int pr = sqz_ctr_probe_fd(fd);
     struct stat bst;
     if (pr >= 0 && fstat(fd, &bst) == 0 && S_ISREG(bst.st_mode) &&
-        (bst.st_size == 0 || pr == SQZ_PROBE_TORN)) {
+        (bst.st_size == 0 || cli_unpack_torn(fd, pr))) {
         int r = from_packed(fd, at, path, &bst, fs);
         if (r != 0) {
             close(fd);

@@ -83,6 +83,23 @@ int cli_packed_load(int fd, const tree_at *at, const char *path, sqz_pack_ptr *p
     return r;
 }
 
+bool cli_unpack_torn(int fd, int pr)
+{
+    if (pr == SQZ_PROBE_TORN)
+        return true;
+    if (pr != 1 || fgetxattr(fd, SQZ_PACK_XATTR, NULL, 0) < 0)
+        return false;
+    int d = dup(fd);
+    if (d < 0)
+        return false;
+    sqz_ctr *c;
+    if (sqz_ctr_open_fd(d, SQZ_OPEN_RDONLY, SQZ_LABEL_FROM_FD, &c) < 0)
+        return false; /* d closed by the library */
+    bool empty = !sqz_ctr_committed(c);
+    sqz_ctr_close(c);
+    return empty;
+}
+
 /* 1 if a packed file of directory dfd (a 0-byte file with a pointer)
  * points into the pack id at or after offset from, 0 if none, or -errno. */
 static int pointed_into(int dfd, uint64_t id, uint64_t from)

@@ -378,6 +378,14 @@ uint64_t sqz_ctr_length(sqz_ctr *c)
     return len;
 }
 
+int sqz_ctr_committed(sqz_ctr *c)
+{
+    SQZ_RDLOCK(&c->lock, SQZ_RANK_CTR);
+    int r = c->st.txn != 0;
+    SQZ_RWUNLOCK(&c->lock);
+    return r;
+}
+
 int sqz_ctr_fd(const sqz_ctr *c)
 {
     return c->fd;

@@ -355,6 +355,26 @@ static int new_id(uint64_t *id)
     return 0;
 }
 
+/* The header of pack id (it depends on the id alone). */
+static void hdr_encode(uint64_t id, uint8_t h[SQZ_PACK_HDR_SIZE])
+{
+    memset(h, 0, SQZ_PACK_HDR_SIZE);
+    memcpy(h, pack_magic, sizeof pack_magic);
+    sqz_put32(h + 8, PACK_VERSION);
+    sqz_put64(h + 16, id);
+    sqz_put32(h + 60, sqz_checksum(h, 60));
+}
+
+int sqz_pack_header_is(int fd, uint64_t id)
+{
+    uint8_t want[SQZ_PACK_HDR_SIZE], got[SQZ_PACK_HDR_SIZE];
+    hdr_encode(id, want);
+    ssize_t n = sqz_pread_full(fd, got, sizeof got, 0);
+    if (n < 0)
+        return (int)n;
+    return memcmp(got, want, (size_t)n) == 0;
+}
+
 int sqz_pack_writer_open(sqz_pack_writer *w, int dirfd)
 {
     w->dirfd = dirfd;
@@ -374,11 +394,8 @@ int sqz_pack_writer_open(sqz_pack_writer *w, int dirfd)
                 continue;
             return -errno;
         }
-        uint8_t h[SQZ_PACK_HDR_SIZE] = {0};
-        memcpy(h, pack_magic, sizeof pack_magic);
-        sqz_put32(h + 8, PACK_VERSION);
-        sqz_put64(h + 16, w->id);
-        sqz_put32(h + 60, sqz_checksum(h, 60));
+        uint8_t h[SQZ_PACK_HDR_SIZE];
+        hdr_encode(w->id, h);
         r = sqz_pwrite_full(fd, h, sizeof h, 0);
         if (r < 0) {
             close(fd);

@@ -63,11 +63,13 @@ int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,
 }
 
 /* A lazy creation torn by a crash before it was synced (docs/FORMAT.md
- * "Creation"): an empty file, whose bytes are never shown. A writable
- * mount makes it a 0-byte file again and stats it anew into *bst (figures
- * from before the reset would show its old size, and the kernel would
- * fill the missing bytes with zeros); a read-only one shows it as an
- * empty file that cannot be written (PENDING). */
+ * "Creation"): an empty file, whose bytes are never shown; or, if the file
+ * has a pack pointer, the unpacking of a packed file torn (docs/FORMAT.md
+ * "Unpacking"): the packed content. A writable mount makes it a 0-byte
+ * file again and stats it anew into *bst (figures from before the reset
+ * would show its old size, and the kernel would fill the missing bytes
+ * with zeros); a read-only one shows the packed content, or an empty file
+ * that cannot be written (PENDING). */
 static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
                          struct stat *bst, enum sqz_kind *kind, uint64_t *len)
 {
@@ -75,6 +77,9 @@ static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
     sqz_inode_label(fs, in, label, sizeof(label));
     *len = 0;
     if (fs->opts.ro) {
+        int r = sqz_content_probe_empty(fs, in, kind, len);
+        if (r || *kind != SQZ_K_PLAIN)
+            return r;
         memset(&in->pending, 0, sizeof(in->pending));
         *kind = SQZ_K_PENDING;
         return 0;
@@ -83,8 +88,6 @@ static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
     if (fd < 0)
         return fd;
     close(fd);
-    sqz_logf(SQZ_LOG_WARN, "%s: creation torn by a crash before it was synced: "
-             "reset to an empty file", label);
     struct stat again;
     if (sqz_backing_stat(in, &again) == 0 && S_ISREG(again.st_mode)) {
         *bst = again;
@@ -93,7 +96,24 @@ static int torn_creation(struct sqz_fs *fs, struct sqz_inode *in,
         bst->st_blocks = 0;
     }
     /* the unpacking of a packed file torn: the packed content again */
-    return sqz_content_probe_empty(fs, in, kind, len);
+    int r = sqz_content_probe_empty(fs, in, kind, len);
+    if (r == 0)
+        sqz_logf(SQZ_LOG_WARN, "%s: %s torn by a crash before it was synced: "
+                 "reset to %s", label,
+                 *kind == SQZ_K_PACKED ? "unpacking" : "creation",
+                 *kind == SQZ_K_PACKED ? "the packed file" : "an empty file");
+    return r;
+}
+
+/* A container that holds nothing yet (c, opened read-only: no commit) on
+ * a file with a valid pack pointer: an unpacking torn by a crash after its
+ * header reached the file (the pointer goes only after the container is
+ * synced with the content). One truncated to 0 has a commit: a stale
+ * pointer on it counts for nothing. 1 or 0. */
+static int torn_unpacking(struct sqz_inode *in, sqz_ctr *c)
+{
+    sqz_pack_ptr p;
+    return !sqz_ctr_committed(c) && sqz_pack_ptr_of(in, &p, NULL, 0) == 1;
 }
 
 /* Kind and logical length of a regular file that has no open handle
@@ -153,6 +173,10 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
                 have_marked = sqz_ctr_marked_length_fd(fd, &marked) == 0;
                 close(fd);
             }
+        }
+        if (rc == 0 && torn_unpacking(in, c)) {
+            sqz_ctr_close(c);
+            return torn_creation(fs, in, bst, kind, len);
         }
         if (rc == 0) {
             *kind = SQZ_K_CONTAINER;

@@ -9,6 +9,11 @@
  *   WRITE    write_flags & FUSE_WRITE_KILL_SUIDGID (writer lacks CAP_FSETID)
  *   SETATTR  valid & FATTR_KILL_SUIDGID             (truncate, same)
  *   OPEN     open_flags & FUSE_OPEN_KILL_SUIDGID    (O_TRUNC, same)
+ * (a direct write carries the WRITE flag too). FALLOCATE carries no such
+ * flag: the kernel's file_modified() hands the clearing to the daemon and
+ * says nothing, so the daemon asks the caller's CAP_FSETID itself
+ * (/proc/PID/status), as the VFS's should_remove_suid does for a local
+ * file system's fallocate.
  * squeezefs stores no security.* xattrs (setxattr refuses them), so there
  * is never a capability to remove; chown(2) on BACKING clears the bits
  * itself.
@@ -21,13 +26,17 @@
  * runs. writev() adds FUSE_HANDLE_KILLPRIV_V2 to the INIT reply if the
  * kernel offered it. Every other message passes through unchanged.
  * CREATE of a name that already exists (a race; op_create then opens it)
- * is not covered: the kernel sends OPEN for existing files. */
+ * with O_TRUNC: op_create asks sqz_killpriv_create_trunc (the kernel's
+ * flag for it is not passed on by libfuse 3.14). */
 #include "fuse/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
 #include <linux/fuse.h>
 #include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -45,10 +54,39 @@ int sqz_killpriv_active(void)
     return atomic_load(&g_enabled);
 }
 
-/* Clear S_ISUID, and S_ISGID if group-executable, of in's backing file. */
-static void kill_suidgid(struct sqz_fs *fs, uint64_t nodeid)
+/* Whether the caller of a request (its thread pid, uid) has CAP_FSETID in
+ * the daemon's user namespace. Unknown (pid 0: a caller in another pid
+ * namespace; gone meanwhile): root has it. */
+static int caller_has_fsetid(uint32_t pid, uint32_t uid)
 {
-    struct sqz_inode *in = sqz_inode_of(fs, (fuse_ino_t)nodeid);
+    char p[64], buf[4096];
+    snprintf(p, sizeof(p), "/proc/%u/status", (unsigned)pid);
+    int fd = pid ? open(p, O_RDONLY | O_CLOEXEC) : -1;
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    const char *c = NULL;
+    if (n > 0) {
+        buf[n] = '\0';
+        c = strstr(buf, "\nCapEff:");
+    }
+    if (!c)
+        return uid == 0;
+    if (!(strtoull(c + 8, NULL, 16) & (1ull << CAP_FSETID)))
+        return 0;
+    struct stat a, b;
+    snprintf(p, sizeof(p), "/proc/%u/ns/user", (unsigned)pid);
+    if (stat(p, &a) != 0 || stat("/proc/self/ns/user", &b) != 0)
+        return uid == 0;
+    return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+
+/* Clear S_ISUID, and S_ISGID if group-executable, of in's backing file
+ * (ask: only if the caller pid/uid lacks CAP_FSETID, asked only when there
+ * are bits to clear). */
+static void kill_suidgid(struct sqz_inode *in, uint32_t pid, uint32_t uid,
+                         int ask)
+{
     if (!in || in->type != S_IFREG)
         return;
     struct stat st;
@@ -57,7 +95,7 @@ static void kill_suidgid(struct sqz_fs *fs, uint64_t nodeid)
     mode_t kill = st.st_mode & S_ISUID;
     if ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP))
         kill |= S_ISGID;
-    if (!kill)
+    if (!kill || (ask && caller_has_fsetid(pid, uid)))
         return;
     char pp[64];
     sqz_proc_path(in->fd, pp, sizeof(pp));
@@ -109,11 +147,30 @@ static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
         }
         break;
     }
+    case FUSE_FALLOCATE: {
+        /* only the modes that succeed (content_io.c: allocate, KEEP_SIZE) */
+        struct fuse_fallocate_in f;
+        if (an >= sizeof f) {
+            memcpy(&f, arg, sizeof f);
+            /* 2: if the caller lacks CAP_FSETID (asked of /proc) */
+            kill = !(f.mode & ~(uint32_t)FALLOC_FL_KEEP_SIZE) ? 2 : 0;
+        }
+        break;
+    }
     default:
         return;
     }
     if (kill && atomic_load(&g_enabled) && !fs->opts.ro)
-        kill_suidgid(fs, h.nodeid);
+        kill_suidgid(sqz_inode_of(fs, (fuse_ino_t)h.nodeid), h.pid, h.uid,
+                     kill == 2);
+}
+
+void sqz_killpriv_create_trunc(struct sqz_fs *fs, fuse_req_t req,
+                               struct sqz_inode *in)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    if (atomic_load(&g_enabled) && !fs->opts.ro)
+        kill_suidgid(in, (uint32_t)ctx->pid, (uint32_t)ctx->uid, 1);
 }
 
 static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)

@@ -1,6 +1,8 @@
 /* Directory handles: opendir, readdir, readdirplus, releasedir, fsyncdir.
- * Recompress temporaries (SQZ_TMP_PREFIX) are never listed. */
+ * Hidden names (SQZ_TMP_PREFIX) are never listed; a temporary a crash left
+ * is removed when met (leftover.c). */
 #include "fuse/fs.h"
+#include "fuse/leftover.h"
 #include "common/lockorder.h"
 
 #include <dirent.h>
@@ -124,6 +126,8 @@ static void reply_dir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t offset,
             if (need > size - pos)
                 break; /* keep d->entry for the next call */
             pos += need;
+        } else {
+            sqz_leftover_meet(fs, dir, dirfd(d->dp), de->d_name);
         }
         d->entry = NULL;
         d->offset = next;

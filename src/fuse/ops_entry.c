@@ -5,6 +5,7 @@
  * followed. */
 #include "fuse/fs.h"
 #include "fuse/ptimes.h"
+#include "fuse/leftover.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
 
@@ -376,47 +377,6 @@ static struct sqz_inode *file_of(struct sqz_fs *fs, struct sqz_inode *dir,
     return in;
 }
 
-/* rmdir of a directory that holds nothing but hidden names (packs, and
- * temporaries nothing can use any more): remove them. 0 if it held
- * nothing else, else -ENOTEMPTY. */
-static int clear_hidden(struct sqz_fs *fs, struct sqz_inode *p, const char *name)
-{
-    int dfd = openat(p->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd < 0)
-        return -errno;
-    int d2 = dup(dfd);
-    DIR *dp = d2 >= 0 ? fdopendir(d2) : NULL;
-    if (!dp) {
-        if (d2 >= 0)
-            close(d2);
-        close(dfd);
-        return -ENOTEMPTY;
-    }
-    int rc = 0;
-    struct dirent *de;
-    for (int pass = 0; pass < 2 && rc == 0; pass++) { /* check, then remove */
-        rewinddir(dp);
-        while ((de = readdir(dp)) != NULL) {
-            if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-                continue;
-            if (!sqz_name_hidden(de->d_name) || de->d_type == DT_DIR) {
-                rc = -ENOTEMPTY;
-                break;
-            }
-            if (pass == 1 && unlinkat(dfd, de->d_name, 0) != 0 && errno != ENOENT) {
-                rc = -errno;
-                break;
-            }
-            uint64_t id;
-            if (pass == 1 && sqz_pack_name_parse(de->d_name, &id))
-                sqz_pack_rd_forget(fs, id); /* its space is freed */
-        }
-    }
-    closedir(dp);
-    close(dfd);
-    return rc;
-}
-
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
@@ -444,7 +404,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     sqz_ptimes_user(fs, p);
     if (e == 0 && unlinkat(p->fd, name, AT_REMOVEDIR) != 0) {
         e = errno;
-        if ((e == ENOTEMPTY || e == EEXIST) && clear_hidden(fs, p, name) == 0)
+        if ((e == ENOTEMPTY || e == EEXIST) && sqz_hidden_clear(fs, p, name) == 0)
             e = unlinkat(p->fd, name, AT_REMOVEDIR) != 0 ? errno : 0;
     }
     fuse_reply_err(req, e);
@@ -562,8 +522,6 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
         fuse_reply_statfs(req, &sv);
 }
 
-/* Only reached without default_permissions (then only the mounting user
- * can use the mount): check the mode bits for the caller. */
 /* Is gid one of the caller's supplementary groups? All of them count (a
  * user may be in hundreds: NGROUPS_MAX is 65536). */
 static int in_supplementary_groups(fuse_req_t req, gid_t gid)
@@ -586,6 +544,34 @@ static int in_supplementary_groups(fuse_req_t req, gid_t gid)
     return found;
 }
 
+/* ACCESS is only reached without default_permissions (then only the
+ * mounting user can use the mount); CREATE of a name made meanwhile asks
+ * too (ops_file.c). */
+int sqz_req_may(fuse_req_t req, const struct stat *st, int mask)
+{
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    if (mask == F_OK)
+        return 0;
+    if (ctx->uid == 0) {
+        /* root: X needs at least one x bit (or a directory). */
+        int ok = !(mask & X_OK) || S_ISDIR(st->st_mode) ||
+                 (st->st_mode & (S_IXUSR | S_IXGRP | S_IXOTH));
+        return ok ? 0 : -EACCES;
+    }
+    mode_t bits;
+    if (ctx->uid == st->st_uid) {
+        bits = (st->st_mode >> 6) & 7;
+    } else {
+        int ingroup = ctx->gid == st->st_gid;
+        if (!ingroup)
+            ingroup = in_supplementary_groups(req, st->st_gid);
+        bits = ingroup ? (st->st_mode >> 3) & 7 : st->st_mode & 7;
+    }
+    int need = ((mask & R_OK) ? 4 : 0) | ((mask & W_OK) ? 2 : 0) |
+               ((mask & X_OK) ? 1 : 0);
+    return ((int)bits & need) == need ? 0 : -EACCES;
+}
+
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
@@ -600,30 +586,7 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
         fuse_reply_err(req, EROFS);
         return;
     }
-    const struct fuse_ctx *ctx = fuse_req_ctx(req);
-    if (mask == F_OK) {
-        fuse_reply_err(req, 0);
-        return;
-    }
-    if (ctx->uid == 0) {
-        /* root: X needs at least one x bit (or a directory). */
-        int ok = !(mask & X_OK) || S_ISDIR(st.st_mode) ||
-                 (st.st_mode & (S_IXUSR | S_IXGRP | S_IXOTH));
-        fuse_reply_err(req, ok ? 0 : EACCES);
-        return;
-    }
-    mode_t bits;
-    if (ctx->uid == st.st_uid) {
-        bits = (st.st_mode >> 6) & 7;
-    } else {
-        int ingroup = ctx->gid == st.st_gid;
-        if (!ingroup)
-            ingroup = in_supplementary_groups(req, st.st_gid);
-        bits = ingroup ? (st.st_mode >> 3) & 7 : st.st_mode & 7;
-    }
-    int need = ((mask & R_OK) ? 4 : 0) | ((mask & W_OK) ? 2 : 0) |
-               ((mask & X_OK) ? 1 : 0);
-    fuse_reply_err(req, ((int)bits & need) == need ? 0 : EACCES);
+    fuse_reply_err(req, -sqz_req_may(req, &st, mask));
 }
 
 void sqz_ops_entry(struct fuse_lowlevel_ops *ops)

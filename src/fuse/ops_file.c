@@ -141,14 +141,22 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     if (fd < 0) {
         rc = -errno;
         if (rc == -EEXIST && !(flags & O_EXCL)) {
-            /* Raced with another creator: open the existing file. */
+            /* Raced with another creator: open the existing file, with
+             * the access the caller has on it (the kernel saw no file and
+             * checked nothing) */
             rc = sqz_do_lookup(fs, p, name, &e);
             if (rc == 0) {
                 struct sqz_inode *in = sqz_inode_of(fs, e.ino);
-                int kc = 0;
-                rc = in->type == S_IFREG
-                         ? sqz_content_open(fs, in, flags & ~O_CREAT, h, &kc)
-                         : -EISDIR;
+                int kc = 0, acc = fi->flags & O_ACCMODE; /* the caller's */
+                int mask = (acc != O_WRONLY ? R_OK : 0) |
+                           (acc != O_RDONLY || (fi->flags & O_TRUNC) ? W_OK : 0);
+                rc = in->type != S_IFREG ? -EISDIR : sqz_req_may(req, &e.attr, mask);
+                if (rc == 0 && (fi->flags & O_TRUNC) && acc != O_RDONLY)
+                    sqz_killpriv_create_trunc(fs, req, in);
+                if (rc == 0)
+                    rc = sqz_content_open(fs, in, flags & ~O_CREAT, h, &kc);
+                if (rc == 0) /* as the open left it (O_TRUNC, set-ID bits) */
+                    sqz_getattr(fs, in, &e.attr);
                 if (rc) {
                     sqz_inode_forget(fs, in, 1);
                 } else {

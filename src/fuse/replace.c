@@ -15,6 +15,7 @@
  * after it, the new file. Callers hold the inode's io exclusive for steps
  * 2 and 3. */
 #include "fuse/fs.h"
+#include "fuse/leftover.h"
 #include "fuse/recompress_int.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
@@ -88,6 +89,7 @@ int sqz_rc_temp_create(struct sqz_fs *fs, struct sqz_inode *in,
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
         rnd = (uint64_t)getpid() ^ (uint64_t)(uintptr_t)in;
     snprintf(t->tmp, sizeof(t->tmp), SQZ_TMP_PREFIX "%016llx", (unsigned long long)rnd);
+    sqz_tmp_live_begin(t->tmp); /* not a leftover (leftover.c) */
     int tfd = openat(t->dirfd, t->tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
                      0600);
     if (tfd < 0)
@@ -101,6 +103,8 @@ void sqz_rc_temp_discard(struct sqz_rc_temp *t)
     if (t->made)
         unlinkat(t->dirfd, t->tmp, 0);
     t->made = 0;
+    sqz_tmp_live_end(t->tmp);
+    t->tmp[0] = '\0';
     if (t->dirfd >= 0)
         close(t->dirfd);
     t->dirfd = -1;
@@ -164,6 +168,7 @@ static int replace_original(struct sqz_rc_temp *t, const struct sqz_inode *in,
         sqz_logf(SQZ_LOG_ERR, "%s: cannot give the name back to the file that took it "
                  "meanwhile (hidden as %s): %s", label, t->tmp, strerror(errno));
         t->made = 0; /* that file must not be removed as the temporary */
+        sqz_tmp_live_begin(t->tmp); /* nor as a leftover (leftover.c) */
     }
     return -ESTALE;
 }

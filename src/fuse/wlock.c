@@ -172,12 +172,14 @@ static int try_lock(struct sqz_fs *fs, int *fdp)
 {
     int fd, rc;
     for (int tries = 0;; tries++) {
+        /* 0600: no other user may open it and lock a stale one */
         fd = openat(fs->root_dirfd, SQZ_WLOCK_NAME,
-                    O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+                    O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
         if (fd < 0) {
             *fdp = -1;
             return -errno;
         }
+        (void)fchmod(fd, 0600); /* one an older daemon left 0644 */
         rc = set_lock(fd, 1);
         if (rc == -EINVAL) { /* no OFD locks: a per-process lock, re-taken */
             rc = set_lock(fd, 0); /* after daemonize (sqz_writer_lock_own) */

@@ -1522,6 +1522,42 @@ static void test_size_limits(void)
     CHECK_EQ_INT(sqz_ctr_close(c), 0);
 }
 
+/* sqz_ctr_committed: 0 for a container no commit reached (eager and lazy
+ * creations, the first pwrite of a lazy one cut at the header region),
+ * 1 once one did, also when the commit truncated it to 0 bytes. */
+static void test_committed(void)
+{
+    sqz_params p = mkparams(SQZ_ALG_LZ4, 0, 12);
+    sqz_ctr *c = create_mem(&p);
+    CHECK_EQ_INT(sqz_ctr_committed(c), 0);
+    c = reopen(c, SQZ_OPEN_RDONLY);
+    CHECK_EQ_INT(sqz_ctr_committed(c), 0);
+    c = reopen(c, SQZ_OPEN_RDWR);
+    CHECK_EQ_INT(sqz_ctr_pwrite(c, "abc", 3, 0), 3);
+    CHECK_EQ_INT(sqz_ctr_committed(c), 1);
+    CHECK_EQ_INT(sqz_ctr_truncate(c, 0), 0);
+    c = reopen(c, SQZ_OPEN_RDONLY);
+    CHECK_EQ_INT(sqz_ctr_length(c), 0);
+    CHECK_EQ_INT(sqz_ctr_committed(c), 1);
+    CHECK_EQ_INT(sqz_ctr_close(c), 0);
+    /* lazy: the first commit's pwrite cut at the header region */
+    int fd = memfd_create("sqzlazy", MFD_CLOEXEC);
+    REQUIRE(fd >= 0);
+    REQUIRE(sqz_ctr_create_fd_lazy(fd, &p, "lazy", &c) == 0);
+    CHECK_EQ_INT(sqz_ctr_committed(c), 0);
+    CHECK_EQ_INT(sqz_ctr_pwrite(c, "abc", 3, 0), 3);
+    CHECK_EQ_INT(sqz_ctr_committed(c), 1);
+    char path[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", sqz_ctr_fd(c));
+    int cut = open(path, O_RDWR);
+    REQUIRE(cut >= 0);
+    REQUIRE(ftruncate(cut, 1536) == 0);
+    CHECK_EQ_INT(sqz_ctr_close(c), 0);
+    REQUIRE(sqz_ctr_open_fd(cut, SQZ_OPEN_RDONLY, "cut", &c) == 0);
+    CHECK_EQ_INT(sqz_ctr_committed(c), 0);
+    CHECK_EQ_INT(sqz_ctr_close(c), 0);
+}
+
 int main(void)
 {
     logsink sink = {.verbose = getenv("SQZ_TEST_VERBOSE") != NULL};
@@ -1548,6 +1584,7 @@ int main(void)
     PHASE(test_lazy_label());
     PHASE(test_tail_vs_damage());
     PHASE(test_size_limits());
+    PHASE(test_committed());
     PHASE(test_rot_in_synced_log());
     PHASE(test_corruption());
     PHASE(test_roundtrip());

@@ -214,6 +214,42 @@ static void test_load_path(const char *dir)
     close(dfd);
 }
 
+/* sqz_pack_header_is: a pack's own header, or the start of it (a creation
+ * torn by a crash), never another pack's or other bytes (rmdir through
+ * the mount removes only what it tells is a pack). */
+static void test_header_is(const char *dir)
+{
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY);
+    REQUIRE(dfd >= 0);
+    sqz_pack_writer w;
+    REQUIRE(sqz_pack_writer_open(&w, dfd) == 0);
+    uint8_t h[SQZ_PACK_HDR_SIZE + 100];
+    memset(h, 0xab, sizeof h);
+    REQUIRE(pread(w.fd, h, SQZ_PACK_HDR_SIZE, 0) == SQZ_PACK_HDR_SIZE);
+    CHECK_EQ_INT(sqz_pack_header_is(w.fd, w.id), 1);
+    CHECK_EQ_INT(sqz_pack_header_is(w.fd, w.id ^ 1), 0);
+    char path[4200];
+    snprintf(path, sizeof path, "%s/hdr", dir);
+    static const size_t cuts[] = {0, 1, 8, 20, 63, 64, 164};
+    for (size_t i = 0; i < sizeof cuts / sizeof cuts[0]; i++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+        REQUIRE(fd >= 0);
+        REQUIRE(write(fd, h, cuts[i]) == (ssize_t)cuts[i]);
+        CHECK_EQ_INT(sqz_pack_header_is(fd, w.id), 1);
+        if (cuts[i] > 20) { /* the id differs from byte 16 on */
+            CHECK_EQ_INT(sqz_pack_header_is(fd, w.id ^ 0x100), 0);
+        }
+        if (cuts[i] > 0) { /* one byte changed: not a pack */
+            uint8_t b = h[cuts[i] / 2] ^ 1;
+            REQUIRE(pwrite(fd, &b, 1, (off_t)(cuts[i] / 2)) == 1);
+            CHECK_EQ_INT(sqz_pack_header_is(fd, w.id), cuts[i] / 2 >= SQZ_PACK_HDR_SIZE);
+        }
+        close(fd);
+    }
+    sqz_pack_writer_close(&w);
+    close(dfd);
+}
+
 int main(void)
 {
     char *dir = sqz_test_tmpdir();
@@ -221,6 +257,7 @@ int main(void)
     test_ptr_codec();
     test_roundtrip(dir);
     test_load_path(dir);
+    test_header_is(dir);
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
     if (system(cmd) != 0)
