@@ -194,7 +194,13 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         sqz_ptimes_user(fs, in);
     }
 
-    /* keep_cache when nothing changed since the previous open/release. */
+    /* keep_cache when nothing changed since the previous open/release, on
+     * a file never written with direct I/O through this mount: a buffered
+     * read racing such a write can leave pages from before it in the
+     * kernel's cache after the kernel's own invalidation, and a reader may
+     * hold them open across any later open (xfstests generic/451) */
+    if (atomic_load(&in->kc_direct))
+        changed = 1;
     if (!changed) {
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
         *keep_cache = in->kc_valid && sqz_bkey_eq(&in->kc_key, &before);

@@ -122,6 +122,8 @@ struct sqz_inode {
                             kept for the open that usually follows a
                             lookup (inode.c); NULL if none */
     struct sqz_bkey stash_key; /* backing version stash was opened at */
+    atomic_int kc_direct; /* written with direct I/O: no keep_cache
+                             (ops_file.c, content_open.c) */
     int kc_valid;        /* keep_cache: key recorded at last open/release */
     struct sqz_bkey kc_key;
     int wtime_set;       /* time of the newest uncommitted write */

@@ -268,6 +268,11 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
     }
     ssize_t r = sqz_content_write(fs, handle_of(fi), buf, size, (uint64_t)off,
                                   fi->writepage);
+    /* a direct write passes the kernel's page cache: a buffered read that
+     * raced it may have cached the bytes from before (xfstests generic/451),
+     * so no later open keeps the cache */
+    if (r > 0 && (fi->flags & O_DIRECT))
+        atomic_store(&handle_of(fi)->inode->kc_direct, 1);
     if (r < 0)
         fuse_reply_err(req, (int)-r);
     else
