@@ -98,7 +98,8 @@ static void put_back_times(struct sqz_fs *fs, struct entry *x, int fd)
         return;
     if (now.st_mtim.tv_sec != b->st_mtim.tv_sec ||
         now.st_mtim.tv_nsec != b->st_mtim.tv_nsec) {
-        struct timespec tv[2] = {b->st_atim, b->st_mtim};
+        /* (the atime: untouched by the mark, maybe moved by an open since) */
+        struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, b->st_mtim};
         if (futimens(fd, tv) != 0 || fstat(fd, &now) != 0)
             return;
     }

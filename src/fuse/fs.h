@@ -210,6 +210,8 @@ struct sqz_fs {
     atomic_uint_fast64_t packed_bytes_read; /* READ replies of packed files */
     _Atomic int64_t shown_start_ns; /* ptimes.c: until then, a kept ctime
                                        an earlier mount wrote may count */
+    atomic_int atime_mode;          /* ptimes.c: the mount's atime option, */
+    _Atomic int64_t atime_seen_ns;  /* read from mountinfo then (0: never) */
     int prealloc_ok;            /* const: containers may write their log
                                    ahead (sqz_ctr_allow_prealloc): BACKING
                                    is local, with nanosecond times */
@@ -306,11 +308,10 @@ int sqz_name_hidden(const char *name);
 int sqz_name_errno(const char *name, int hidden_errno);
 /* Raw backing stat. */
 int sqz_backing_stat(struct sqz_inode *in, struct stat *st);
-/* Open the backing file of a regular inode for I/O ("/proc/self/fd").
- * O_NOATIME is dropped where it is not allowed (EPERM: not the file's
- * owner, no CAP_FOWNER). The daemon's own reading of a file it rewrites
- * (packing, recompress, tiering) passes it, so as not to change the
- * file's access time. */
+/* Open the backing file of a regular inode for I/O ("/proc/self/fd"),
+ * always with O_NOATIME (dropped where it is not allowed, EPERM: not the
+ * file's owner, no CAP_FOWNER): the atime shown is the one the user's
+ * opens set (ptimes.c), never moved by the daemon's own reads. */
 int sqz_inode_reopen(struct sqz_inode *in, int flags);
 /* Label for log lines: the path inside the mount, else "(inode N)". */
 void sqz_inode_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,

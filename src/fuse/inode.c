@@ -328,8 +328,10 @@ int sqz_inode_reopen(struct sqz_inode *in, int flags)
 {
     char pp[64];
     sqz_proc_path(in->fd, pp, sizeof(pp));
-    int fd = open(pp, flags | O_CLOEXEC);
-    if (fd < 0 && errno == EPERM && (flags & O_NOATIME)) /* not the owner */
+    /* the daemon's reads never move the atime: it shows the atime of the
+     * user's opens (ptimes.c) */
+    int fd = open(pp, flags | O_NOATIME | O_CLOEXEC);
+    if (fd < 0 && errno == EPERM) /* not the owner, nor root */
         fd = open(pp, (flags & ~O_NOATIME) | O_CLOEXEC);
     return fd < 0 ? -errno : fd;
 }

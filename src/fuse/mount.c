@@ -494,6 +494,14 @@ int sqz_mount_main(int argc, char **argv)
         fprintf(stderr, "squeezefs: cannot mount on %s\n", cl.pos[1]);
         goto out_signals;
     }
+    if (fs->opts.mnt_flags && fs->mnt_real) {
+        char merr[512];
+        if (sqz_mount_set_flags(fs->mnt_real, fs->opts.mnt_flags, merr,
+                                sizeof(merr)) != 0) {
+            fprintf(stderr, "squeezefs: %s\n", merr);
+            goto out_unmount;
+        }
+    }
     /* One GETXATTR round trip less per write (killpriv.c). */
     int kp = sqz_killpriv_install(se);
     if (kp < 0)

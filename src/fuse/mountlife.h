@@ -26,4 +26,13 @@ void sqz_writer_unlock(struct sqz_fs *fs);
  * values (else a message naming them). Exit status: 0 or 1. */
 int sqz_remount(const char *raw, const char *backing, const char *mnt);
 
+/* The flags of the FUSE mount at mnt (MS_*, with MS_STRICTATIME where
+ * neither noatime nor relatime is set, and MS_MGC_VAL), or 0 if none. */
+unsigned long sqz_mount_flags_of(const char *mnt);
+/* Set the mount flags of opts (strictatime, nodiratime, ... : the ones
+ * libfuse does not pass) on the mount at mnt, keeping the others. 0 or
+ * -errno with a message in err. */
+int sqz_mount_set_flags(const char *mnt, const char *opts, char *err,
+                        size_t errlen);
+
 #endif

@@ -260,7 +260,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
         int fd = -1;
         if (rc == 0) {
             fd = openat(p->fd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW |
-                                         O_CLOEXEC, mode & 07777);
+                                         O_CLOEXEC | O_NOATIME, mode & 07777);
             if (fd < 0)
                 rc = -errno;
             else

@@ -100,7 +100,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
      * Drop the cached attributes before every open returns (offset -1:
      * attributes only, no page locks, safe from a handler), so the first
      * read past the old end or fstat asks again (one GETATTR per open). */
-    if (fs->opts.ro && fs->se)
+    int atime = (fi->flags & O_ACCMODE) != O_WRONLY &&
+                !(fi->flags & O_NOATIME) && sqz_ptimes_atime_open(fs, in);
+    if ((fs->opts.ro || atime) && fs->se)
         fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
     if (fuse_reply_open(req, fi) != 0) { /* interrupted: undo */
         sqz_content_release(fs, h);
@@ -136,8 +138,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
         return;
     }
     struct fuse_entry_param e;
-    int fd = openat(p->fd, name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC,
-                    mode & 07777);
+    /* (O_NOATIME: the daemon's reads through it never move the atime) */
+    int fd = openat(p->fd, name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW |
+                                     O_CLOEXEC | O_NOATIME, mode & 07777);
     if (fd < 0) {
         rc = -errno;
         if (rc == -EEXIST && !(flags & O_EXCL)) {

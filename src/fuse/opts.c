@@ -35,6 +35,8 @@ void sqz_mount_opts_free(struct sqz_mount_opts *o)
     o->policy_file = NULL;
     free(o->fuse_opts);
     o->fuse_opts = NULL;
+    free(o->mnt_flags);
+    o->mnt_flags = NULL;
 }
 
 void sqz_mount_opts_finish(struct sqz_mount_opts *o)
@@ -90,14 +92,18 @@ static const char *const fuse_known[] = {
     "rootcontext=", "debug", NULL,
 };
 
-/* fstab-only options that mean nothing to a FUSE daemon, and atime
- * variants libfuse does not know (relatime is what FUSE mounts get):
- * accepted and dropped. */
+/* fstab-only options that mean nothing to a FUSE daemon: accepted and
+ * dropped. */
 static const char *const fstab_dropped[] = {
     "defaults", "auto", "noauto", "user", "nouser", "users", "owner",
-    "_netdev", "nofail", "group", "nonempty", "relatime", "norelatime",
-    "strictatime", "nostrictatime", "lazytime", "nolazytime", "nodiratime",
-    "diratime", NULL,
+    "_netdev", "nofail", "group", "nonempty", NULL,
+};
+
+/* Mount flags libfuse does not know (relatime is what it mounts with):
+ * set on the mount once it is made (sqz_mount_set_flags, remount.c). */
+static const char *const mnt_flag_opts[] = {
+    "relatime", "norelatime", "strictatime", "nostrictatime", "lazytime",
+    "nolazytime", "nodiratime", "diratime", NULL,
 };
 
 static int in_list(const char *const *list, const char *key, int has_val)
@@ -380,6 +386,17 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
     if (in_list(fstab_dropped, key, has_val) || strncmp(key, "x-", 2) == 0 ||
         strcmp(key, "comment") == 0)
         return 0;
+    if (in_list(mnt_flag_opts, key, has_val)) {
+        size_t old = o->mnt_flags ? strlen(o->mnt_flags) : 0;
+        char *m = realloc(o->mnt_flags, old + strlen(key) + 2);
+        if (!m)
+            return -ENOMEM;
+        if (old)
+            m[old++] = ',';
+        strcpy(m + old, key);
+        o->mnt_flags = m;
+        return 0;
+    }
     if (in_list(fuse_known, key, has_val)) {
         if (strcmp(key, "fsname") == 0)
             o->user_fsname = 1;

@@ -55,12 +55,17 @@ struct sqz_mount_opts {
     char *fuse_opts;        /* pass-through options for libfuse, comma
                                separated (commas inside values escaped with
                                '\'), malloc'd, or NULL */
+    char *mnt_flags;        /* atime options libfuse does not know
+                               (strictatime, nodiratime, lazytime, ...),
+                               set on the mount after it is made
+                               (remount.c), comma separated, or NULL */
 };
 
 /* Defaults: compress=zstd:1/128K, cache=256M, readahead=1M, threads=0,
  * min_saving=12.5, wait_writer=30. */
 void sqz_mount_opts_init(struct sqz_mount_opts *o);
-/* Free what the struct owns (policy_file, fuse_opts); safe to call twice. */
+/* Free what the struct owns (policy_file, fuse_opts, mnt_flags); safe to
+ * call twice. */
 void sqz_mount_opts_free(struct sqz_mount_opts *o);
 
 /* Parse one comma-separated option string (the argument of one -o) and add

@@ -404,7 +404,7 @@ static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
     }
     if (rc == 0) {
         atomic_store(&in->drafted, 0);
-        struct timespec tv[2] = {bst.st_atim, bst.st_mtim};
+        struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, bst.st_mtim};
         if (futimens(fd, tv) != 0) {
             char label[PATH_MAX];
             sqz_inode_label(fs, in, label, sizeof(label));

@@ -13,6 +13,7 @@
  * two always sees the other. Locks: the record's cache is under meta. */
 #include "fuse/ptimes.h"
 #include "fuse/fs.h"
+#include "fuse/mountlife.h"
 #include "common/lockorder.h"
 #include "squeezefs/shown.h"
 
@@ -20,6 +21,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/xattr.h>
 
 /* A kept ctime counts until this long after the clock was read before
@@ -350,4 +352,78 @@ int sqz_ptimes_stat_dir(struct sqz_fs *fs, struct sqz_inode *in,
         sqz_ptimes_apply(fs, in, st);
     SQZ_RWUNLOCK(&in->io);
     return rc;
+}
+
+enum { ATIME_RELATIME = 1, ATIME_NOATIME, ATIME_STRICT };
+
+/* The mount's atime option, read at most once a second (a remount may
+ * change it). */
+static int atime_mode(struct sqz_fs *fs)
+{
+    struct timespec m;
+    clock_gettime(CLOCK_MONOTONIC, &m);
+    int64_t t = (int64_t)m.tv_sec * 1000000000LL + m.tv_nsec;
+    int64_t seen = atomic_load(&fs->atime_seen_ns);
+    if (seen == 0 || t - seen > 1000000000LL) {
+        unsigned long f = fs->mnt_real ? sqz_mount_flags_of(fs->mnt_real) : 0;
+        int mode = !f ? 0 : (f & MS_NOATIME) ? ATIME_NOATIME
+                 : (f & MS_STRICTATIME) ? ATIME_STRICT : ATIME_RELATIME;
+        atomic_store(&fs->atime_mode, mode ? mode : ATIME_RELATIME);
+        atomic_store(&fs->atime_seen_ns, t);
+    }
+    return atomic_load(&fs->atime_mode);
+}
+
+static int ts_lt(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec ||
+           (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    if (fs->opts.ro || in->type != S_IFREG)
+        return 0;
+    int mode = atime_mode(fs);
+    if (mode == ATIME_NOATIME)
+        return 0;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    struct stat bst;
+    int moved = 0;
+    if (sqz_backing_stat(in, &bst) != 0)
+        goto out;
+    struct stat st = bst;
+    sqz_ptimes_apply(fs, in, &st);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (fs->opts.writeback && in->ktimes_set) {
+        st.st_mtim = in->kmtime;
+        st.st_ctim = in->kctime;
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (mode == ATIME_RELATIME && ts_lt(&st.st_mtim, &st.st_atim) &&
+        ts_lt(&st.st_ctim, &st.st_atim) &&
+        now.tv_sec - st.st_atim.tv_sec < 24 * 3600)
+        goto out;
+    uint64_t gen = sqz_ptimes_begin(in);
+    struct timespec tv[2] = {{.tv_nsec = UTIME_NOW}, {.tv_nsec = UTIME_OMIT}};
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    /* meta across it: times kept to be put back after the next commit
+     * (utimes_kept) get this atime too */
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    struct stat after;
+    int ok = utimensat(AT_FDCWD, pp, tv, 0) == 0;
+    if (ok && in->utimes_kept && sqz_backing_stat(in, &after) == 0)
+        in->utimes[0] = after.st_atim;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    if (!ok)
+        goto out;
+    moved = 1;
+    /* the atime is no change of the file: the ctime it showed stays */
+    sqz_ptimes_keep(fs, in, -1, &st.st_ctim, gen);
+out:
+    SQZ_RWUNLOCK(&in->io);
+    return moved;
 }

@@ -69,6 +69,13 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in);
 void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
                       struct sqz_inode *b, struct sqz_inode *c,
                       struct sqz_inode *d);
+/* An open for reading through the mount (not O_NOATIME): the kernel
+ * leaves a FUSE file's atime to the daemon and reads served from its page
+ * cache never reach it, so the atime moves here, as the mount's atime
+ * option says (noatime: never; strictatime: always; relatime, the
+ * default: when it is not after the mtime or ctime, or a day old). io not
+ * held. 1 if it moved (the kernel's attributes are to be dropped). */
+int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in);
 /* At mount: kept ctimes written by the mount before may count for a
  * little longer (until now + the bound). */
 void sqz_ptimes_mount(struct sqz_fs *fs);

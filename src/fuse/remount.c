@@ -354,3 +354,51 @@ int sqz_remount(const char *raw, const char *backing, const char *mnt)
     fprintf(stderr, "squeezefs: %s\n", err);
     return 1;
 }
+
+int sqz_mount_set_flags(const char *mnt, const char *opts, char *err,
+                        size_t errlen)
+{
+    char *info = NULL;
+    const char *line;
+    size_t len;
+    if (sqz_slurp("/proc/self/mountinfo", &info) != 0 ||
+        sqz_mountinfo_fuse_line(info, mnt, &line, &len) != 0) {
+        sqz_errf(err, errlen, "%s is not mounted", mnt);
+        free(info);
+        return -ENOENT;
+    }
+    unsigned long f = current_flags(line, len);
+    free(info);
+    char *copy = strdup(opts), *save = NULL;
+    if (!copy)
+        return -ENOMEM;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        const struct kflag *k = kflag_of(t);
+        if (k)
+            f = (f & ~k->clear) | k->set;
+    }
+    free(copy);
+    /* the mount's own flags (MS_BIND): the file system is not reconfigured,
+     * so no request reaches this daemon, whose loop is not running yet */
+    f &= MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_NOATIME | MS_NODIRATIME |
+         MS_RELATIME | MS_STRICTATIME | MS_RDONLY;
+    if (mount(NULL, mnt, NULL, MS_REMOUNT | MS_BIND | f, NULL) != 0) {
+        int e = errno;
+        sqz_errf(err, errlen, "cannot set %s on %s: %s", opts, mnt, strerror(e));
+        return -e;
+    }
+    return 0;
+}
+
+unsigned long sqz_mount_flags_of(const char *mnt)
+{
+    char *info = NULL;
+    const char *line;
+    size_t len;
+    unsigned long f = 0;
+    if (sqz_slurp("/proc/self/mountinfo", &info) == 0 &&
+        sqz_mountinfo_fuse_line(info, mnt, &line, &len) == 0)
+        f = current_flags(line, len) | MS_MGC_VAL; /* (found) */
+    free(info);
+    return f;
+}
