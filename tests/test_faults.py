@@ -431,3 +431,38 @@ def test_sigterm_flushes(mount_factory, tmp_path, opts):
     m2 = mount_factory(backing=backing)
     assert open(m2.path("open-file"), "rb").read() == data
     assert m2.unmount() == 0
+
+
+def keep_size_fallocate(fd, length):
+    """fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, length): 0 or the errno."""
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64,
+                               ctypes.c_int64]
+    r = libc.fallocate(fd, 1, 0, length)
+    return 0 if r == 0 else ctypes.get_errno()
+
+
+def test_fallocate_beyond_the_free_space_is_enospc(mount_factory, small_tmpfs):
+    """xfstests generic/213: fallocate of more than the backing file system
+    could hold even uncompressed fails with ENOSPC (and changes nothing);
+    within it, it extends the file (nothing is reserved: README,
+    'fallocate'). KEEP_SIZE: the same check over the whole range."""
+    m = mount_factory(backing=small_tmpfs / "b")
+    free = os.statvfs(m.backing)
+    room = free.f_bfree * free.f_frsize
+    fd = os.open(m.path("f"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        with pytest.raises(OSError) as e:
+            os.posix_fallocate(fd, 0, 2 * room)
+        assert e.value.errno == errno.ENOSPC
+        assert os.fstat(fd).st_size == 0
+        assert keep_size_fallocate(fd, 2 * room) == errno.ENOSPC
+        os.posix_fallocate(fd, 0, room // 2)
+        assert os.fstat(fd).st_size == room // 2
+        assert keep_size_fallocate(fd, room // 4) == 0
+        assert os.fstat(fd).st_size == room // 2
+        assert os.pread(fd, 4096, 1000) == b"\0" * 4096
+    finally:
+        os.close(fd)
+    assert m.unmount() == 0, m.log()

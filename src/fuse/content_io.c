@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 /* Drafts (docs/FORMAT.md): the close of a handle that created a file
@@ -244,6 +245,16 @@ int sqz_content_fsync(struct sqz_fs *fs, struct sqz_handle *h, int datasync)
     return rc;
 }
 
+/* Bytes the daemon can still write on the backing file system (root: the
+ * reserved blocks too); UINT64_MAX if unknown. */
+static uint64_t backing_room(struct sqz_fs *fs)
+{
+    struct statvfs sv;
+    if (fstatvfs(fs->root_dirfd, &sv) != 0)
+        return UINT64_MAX;
+    return (uint64_t)(fs->uid == 0 ? sv.f_bfree : sv.f_bavail) * sv.f_frsize;
+}
+
 int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
                           uint64_t off, uint64_t len)
 {
@@ -255,10 +266,15 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
     sqz_inode_changed(in);
     if (h->plain_fd >= 0)
         return fallocate(h->plain_fd, mode, (off_t)off, (off_t)len) ? -errno : 0;
-    if (mode & FALLOC_FL_KEEP_SIZE)
-        return 0;
     if (off + len < off || off + len > SQZ_MAX_LENGTH)
         return -EFBIG;
+    /* What it promises (README, "fallocate"): the bytes it adds past the
+     * end of the file (KEEP_SIZE: the whole range) would fit on the
+     * backing file system even uncompressed, or ENOSPC; nothing is
+     * reserved (what a range takes is known only once it is written and
+     * compressed). */
+    if (mode & FALLOC_FL_KEEP_SIZE)
+        return backing_room(fs) < len ? -ENOSPC : 0;
     /* Exclusive: the length check and the extension must not interleave
      * with writes that extend the file. */
     int rc = 0;
@@ -266,7 +282,10 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
     rc = make_writable_locked(fs, in, NULL, 0);
     if (rc == 0 && !in->sf)
         rc = -EIO;
-    if (rc == 0 && sqz_file_length(in->sf) < off + len) {
+    uint64_t cur = rc == 0 ? sqz_file_length(in->sf) : 0;
+    if (rc == 0 && cur < off + len && off + len - cur > backing_room(fs))
+        rc = -ENOSPC;
+    if (rc == 0 && cur < off + len) {
         note_write_begin(in);
         rc = sqz_file_truncate(in->sf, off + len);
         if (rc == 0)
