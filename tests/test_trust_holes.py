@@ -353,6 +353,17 @@ def test_setid_bits_cleared_by_fallocate_and_direct_writes(public_mount_factory)
         p = setid_file(m, f"d{mode:o}", mode)
         run_as_nobody(DIRECT, p)
         assert stat.S_IMODE(os.stat(p).st_mode) == want, oct(mode)
+    # set-group-ID without group execute goes too when the caller is not
+    # in the file's group (setattr_should_drop_sgid; generic/683 test 1),
+    # and stat through the mount shows it at once (the kernel's cached
+    # attributes are dropped; generic/355, 683)
+    for name, code, args in (("ng", FALLOCATE, ("0",)), ("nd", DIRECT, ())):
+        p = setid_file(m, name, 0o6664)
+        os.chown(p, NOBODY, 0)
+        os.chmod(p, 0o6664)
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o6664
+        run_as_nobody(code, p, *args)
+        assert stat.S_IMODE(os.stat(p).st_mode) == 0o664, name
     for name in os.listdir(m.mnt):
         assert stat.S_IMODE(os.stat(m.path(name)).st_mode) == \
             stat.S_IMODE(os.stat(os.path.join(m.backing, name)).st_mode)

@@ -81,11 +81,45 @@ static int caller_has_fsetid(uint32_t pid, uint32_t uid)
     return a.st_ino == b.st_ino && a.st_dev == b.st_dev;
 }
 
-/* Clear S_ISUID, and S_ISGID if group-executable, of in's backing file
+/* Whether the caller (thread pid) has gid as its file system group or
+ * among its supplementary groups (in_group_p). Unknown: yes. */
+static int caller_in_group(uint32_t pid, gid_t gid)
+{
+    char p[64], buf[8192];
+    snprintf(p, sizeof(p), "/proc/%u/status", (unsigned)pid);
+    int fd = pid ? open(p, O_RDONLY | O_CLOEXEC) : -1;
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (n <= 0)
+        return 1;
+    buf[n] = '\0';
+    const char *g = strstr(buf, "\nGid:"), *s = strstr(buf, "\nGroups:");
+    if (!g || !s)
+        return 1;
+    char *e;
+    unsigned long v[4];
+    g += 5;
+    for (int i = 0; i < 4; i++, g = e)
+        v[i] = strtoul(g, &e, 10);
+    if (v[3] == gid) /* the fs gid */
+        return 1;
+    for (s += 8; *s && *s != '\n'; s = e) {
+        unsigned long x = strtoul(s, &e, 10);
+        if (e == s)
+            break;
+        if (x == gid)
+            return 1;
+    }
+    return 0;
+}
+
+/* Clear S_ISUID, and S_ISGID if group-executable or the caller is not in
+ * the file's group, of in's backing file
  * (ask: only if the caller pid/uid lacks CAP_FSETID, asked only when there
  * are bits to clear). */
-static void kill_suidgid(struct sqz_inode *in, uint32_t pid, uint32_t uid,
-                         int ask)
+static void kill_suidgid(struct sqz_fs *fs, struct sqz_inode *in,
+                         uint32_t pid, uint32_t uid, int ask)
 {
     if (!in || in->type != S_IFREG)
         return;
@@ -93,15 +127,26 @@ static void kill_suidgid(struct sqz_inode *in, uint32_t pid, uint32_t uid,
     if (fstatat(in->fd, "", &st, AT_EMPTY_PATH) != 0)
         return;
     mode_t kill = st.st_mode & S_ISUID;
-    if ((st.st_mode & S_ISGID) && (st.st_mode & S_IXGRP))
+    /* set-group-ID without group execute too when the caller is not in
+     * the file's group (setattr_should_drop_sgid; xfstests generic/683) */
+    if ((st.st_mode & S_ISGID) &&
+        ((st.st_mode & S_IXGRP) || !caller_in_group(pid, st.st_gid)))
         kill |= S_ISGID;
     if (!kill || (ask && caller_has_fsetid(pid, uid)))
         return;
     char pp[64];
     sqz_proc_path(in->fd, pp, sizeof(pp));
-    if (fchmodat(AT_FDCWD, pp, st.st_mode & 07777 & ~kill, 0) != 0)
+    if (fchmodat(AT_FDCWD, pp, st.st_mode & 07777 & ~kill, 0) != 0) {
         sqz_logf(SQZ_LOG_WARN, "cannot clear set-ID bits after a write: %s",
                  strerror(errno));
+        return;
+    }
+    /* the kernel keeps the mode it had (its attributes are valid for the
+     * attribute timeout) and learns of no change from a WRITE's or a
+     * FALLOCATE's reply: drop them (offset -1: attributes only, no page
+     * locks; xfstests generic/355, 683) */
+    if (fs->se)
+        fuse_lowlevel_notify_inval_inode(fs->se, sqz_nodeid(fs, in), -1, 0);
 }
 
 static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
@@ -161,7 +206,7 @@ static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
         return;
     }
     if (kill && atomic_load(&g_enabled) && !fs->opts.ro)
-        kill_suidgid(sqz_inode_of(fs, (fuse_ino_t)h.nodeid), h.pid, h.uid,
+        kill_suidgid(fs, sqz_inode_of(fs, (fuse_ino_t)h.nodeid), h.pid, h.uid,
                      kill == 2);
 }
 
@@ -170,7 +215,7 @@ void sqz_killpriv_create_trunc(struct sqz_fs *fs, fuse_req_t req,
 {
     const struct fuse_ctx *ctx = fuse_req_ctx(req);
     if (atomic_load(&g_enabled) && !fs->opts.ro)
-        kill_suidgid(in, (uint32_t)ctx->pid, (uint32_t)ctx->uid, 1);
+        kill_suidgid(fs, in, (uint32_t)ctx->pid, (uint32_t)ctx->uid, 1);
 }
 
 static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)
