@@ -70,6 +70,9 @@ int sqz_pack_ptr_set(int fd, const sqz_pack_ptr *p);
 
 /* The pack's file name (SQZ_PACK_PREFIX + 16 hex digits). */
 void sqz_pack_name(uint64_t pack_id, char out[SQZ_PACK_NAME_MAX]);
+/* 1 if name is prefix followed by 16 lowercase hex digits (*id their
+ * value), else 0. */
+int sqz_name_hex16(const char *name, const char *prefix, uint64_t *id);
 /* 1 if name is a pack's name (and *id its id), else 0. */
 int sqz_pack_name_parse(const char *name, uint64_t *id);
 

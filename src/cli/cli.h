@@ -3,6 +3,7 @@
 #ifndef SQZ_CLI_H
 #define SQZ_CLI_H
 
+#include <dirent.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -337,5 +338,9 @@ int bench_where(const char *expr, bench_row *rows, size_t *n, char *err,
  * of why. 0, or -EINVAL for an unknown goal / no rows. */
 int bench_recommend(FILE *out, const char *goal, const bench_row *rows,
                     size_t n);
+
+/* Directory dfd opened anew for reading its entries (an offset of its
+ * own), or NULL with errno set (tree.c). */
+DIR *cli_opendir_at(int dfd);
 
 #endif

@@ -104,14 +104,9 @@ bool cli_unpack_torn(int fd, int pr)
  * points into the pack id at or after offset from, 0 if none, or -errno. */
 static int pointed_into(int dfd, uint64_t id, uint64_t from)
 {
-    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* its own offset */
-    DIR *d = fd < 0 ? NULL : fdopendir(fd);
-    if (!d) {
-        int e = -errno;
-        if (fd >= 0)
-            close(fd);
-        return e;
-    }
+    DIR *d = cli_opendir_at(dfd);
+    if (!d)
+        return -errno;
     int found = 0;
     struct dirent *e;
     while (!found && (errno = 0, e = readdir(d)) != NULL) {

@@ -35,17 +35,24 @@ static int cmp_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* The names in directory dfd (without . and ..), sorted; *out malloc'd. */
-static int list_dir(int dfd, char ***out, size_t *count)
+DIR *cli_opendir_at(int dfd)
 {
     int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* its own offset */
     DIR *d = fd < 0 ? NULL : fdopendir(fd);
-    if (!d) {
-        int e = -errno;
-        if (fd >= 0)
-            close(fd);
-        return e;
+    if (!d && fd >= 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
     }
+    return d;
+}
+
+/* The names in directory dfd (without . and ..), sorted; *out malloc'd. */
+static int list_dir(int dfd, char ***out, size_t *count)
+{
+    DIR *d = cli_opendir_at(dfd);
+    if (!d)
+        return -errno;
     char **names = NULL;
     size_t n = 0, cap = 0;
     int r = 0;

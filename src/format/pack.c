@@ -182,10 +182,10 @@ void sqz_pack_name(uint64_t pack_id, char out[SQZ_PACK_NAME_MAX])
     snprintf(out, SQZ_PACK_NAME_MAX, SQZ_PACK_PREFIX "%016" PRIx64, pack_id);
 }
 
-int sqz_pack_name_parse(const char *name, uint64_t *id)
+int sqz_name_hex16(const char *name, const char *prefix, uint64_t *id)
 {
-    size_t pl = sizeof(SQZ_PACK_PREFIX) - 1;
-    if (strncmp(name, SQZ_PACK_PREFIX, pl) != 0 || strlen(name) != pl + 16)
+    size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0 || strlen(name) != pl + 16)
         return 0;
     uint64_t v = 0;
     for (const char *s = name + pl; *s; s++) {
@@ -195,7 +195,14 @@ int sqz_pack_name_parse(const char *name, uint64_t *id)
             return 0;
         v = (v << 4) | (uint64_t)d;
     }
-    if (v == 0)
+    *id = v;
+    return 1;
+}
+
+int sqz_pack_name_parse(const char *name, uint64_t *id)
+{
+    uint64_t v;
+    if (!sqz_name_hex16(name, SQZ_PACK_PREFIX, &v) || v == 0)
         return 0;
     *id = v;
     return 1;

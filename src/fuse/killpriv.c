@@ -54,22 +54,30 @@ int sqz_killpriv_active(void)
     return atomic_load(&g_enabled);
 }
 
+/* /proc/PID/status of the caller into buf (n bytes, NUL-terminated): its
+ * length, or -1 (pid 0: a caller in another pid namespace; gone). */
+static ssize_t caller_status(uint32_t pid, char *buf, size_t n)
+{
+    char p[64];
+    snprintf(p, sizeof(p), "/proc/%u/status", (unsigned)pid);
+    int fd = pid ? open(p, O_RDONLY | O_CLOEXEC) : -1;
+    ssize_t r = fd >= 0 ? read(fd, buf, n - 1) : -1;
+    if (fd >= 0)
+        close(fd);
+    if (r >= 0)
+        buf[r] = '\0';
+    return r;
+}
+
 /* Whether the caller of a request (its thread pid, uid) has CAP_FSETID in
  * the daemon's user namespace. Unknown (pid 0: a caller in another pid
  * namespace; gone meanwhile): root has it. */
 static int caller_has_fsetid(uint32_t pid, uint32_t uid)
 {
-    char p[64], buf[4096];
-    snprintf(p, sizeof(p), "/proc/%u/status", (unsigned)pid);
-    int fd = pid ? open(p, O_RDONLY | O_CLOEXEC) : -1;
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-    if (fd >= 0)
-        close(fd);
+    char p[64], buf[8192];
     const char *c = NULL;
-    if (n > 0) {
-        buf[n] = '\0';
+    if (caller_status(pid, buf, sizeof(buf)) > 0)
         c = strstr(buf, "\nCapEff:");
-    }
     if (!c)
         return uid == 0;
     if (!(strtoull(c + 8, NULL, 16) & (1ull << CAP_FSETID)))
@@ -85,15 +93,9 @@ static int caller_has_fsetid(uint32_t pid, uint32_t uid)
  * among its supplementary groups (in_group_p). Unknown: yes. */
 static int caller_in_group(uint32_t pid, gid_t gid)
 {
-    char p[64], buf[8192];
-    snprintf(p, sizeof(p), "/proc/%u/status", (unsigned)pid);
-    int fd = pid ? open(p, O_RDONLY | O_CLOEXEC) : -1;
-    ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
-    if (fd >= 0)
-        close(fd);
-    if (n <= 0)
+    char buf[8192];
+    if (caller_status(pid, buf, sizeof(buf)) <= 0)
         return 1;
-    buf[n] = '\0';
     const char *g = strstr(buf, "\nGid:"), *s = strstr(buf, "\nGroups:");
     if (!g || !s)
         return 1;

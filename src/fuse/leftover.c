@@ -28,19 +28,7 @@ static atomic_int g_live_overflow;
 
 int sqz_tmp_name_parse(const char *name, uint64_t *id)
 {
-    size_t pl = sizeof(SQZ_TMP_PREFIX) - 1;
-    if (strncmp(name, SQZ_TMP_PREFIX, pl) != 0 || strlen(name) != pl + 16)
-        return 0;
-    uint64_t v = 0;
-    for (const char *s = name + pl; *s; s++) {
-        int d = (*s >= '0' && *s <= '9') ? *s - '0'
-              : (*s >= 'a' && *s <= 'f') ? *s - 'a' + 10 : -1;
-        if (d < 0)
-            return 0;
-        v = (v << 4) | (uint64_t)d;
-    }
-    *id = v;
-    return 1;
+    return sqz_name_hex16(name, SQZ_TMP_PREFIX, id);
 }
 
 void sqz_tmp_live_begin(const char *name)
