@@ -132,7 +132,8 @@ static void kill_suidgid(struct sqz_fs *fs, struct sqz_inode *in,
     /* set-group-ID without group execute too when the caller is not in
      * the file's group (setattr_should_drop_sgid; xfstests generic/683) */
     if ((st.st_mode & S_ISGID) &&
-        ((st.st_mode & S_IXGRP) || !caller_in_group(pid, st.st_gid)))
+        ((st.st_mode & S_IXGRP) ||
+         (!caller_in_group(pid, st.st_gid) && !caller_has_fsetid(pid, uid))))
         kill |= S_ISGID;
     if (!kill || (ask && caller_has_fsetid(pid, uid)))
         return;
