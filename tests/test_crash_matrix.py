@@ -30,6 +30,16 @@ Each operation must also reach its states in between at some step
 append), so a matrix that only kills before or after the whole operation
 fails. The writer lock's steps (the unmount's) are not in the matrix.
 
+Unpacking is run for each of its triggers through the mount: the first
+write (fsync'ed), a truncation to a non-zero size (fsync'ed) and a rename
+into another directory (both directories fsync'ed): the file is then
+under exactly one name, the new one once the rename returned. A step
+that writes or removes the ctime record of "Shown times" depends on the
+clock (its 200 ms window), so a trace may list one that a later run does
+not make: such a case is run once more, armed 0.3 s later, and if the
+step still does not come, the end state is checked instead (at most a
+quarter of an operation's cases).
+
 Power loss (test_power_loss_matrix): tests/powerloss_shim.c is preloaded
 too (after the kill shim). Everything before the arm is made durable
 (sync); after the kill the test undoes the operation's writes and size
@@ -76,6 +86,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LONG = os.environ.get("SQZ_LONG") == "1"
 TMP_RE = re.compile(r"^\.sqz-tmp\.[0-9a-f]{16}$")
 PTR_XATTR = "user.squeezefs.packed"
+SHOWN = "user.squeezefs.shown"
 RULES = "/hdb/** lz4/64K after 1d zstd:6/256K\n* zstd:1\n"
 DAY = 86400
 # what verify may say after a crash (FORMAT.md "Verify", "Unpacking",
@@ -87,6 +98,9 @@ TORN_UNPACK = re.compile(r"uncommitted tail, \d+ bytes \(an unpacking torn by a 
 TORN_ANCHOR = re.compile(r"warning: anchor slot \d is damaged \(a torn (first anchor )?write "
                          r"or damage\); slot \d (is in use|is empty, the log is read from "
                          r"its start)")
+# a container's write not synced, torn (power loss only; documented)
+TORN_TAIL = re.compile(r"uncommitted tail, \d+ bytes \(after the last valid commit: a crash "
+                       r"before the data was synced")
 # an append to a pack (or its creation) torn: nothing points there, the
 # space is reclaimed at the directory's next removal (FORMAT.md
 # "Reclaiming packs"), so it may outlive the next mount
@@ -154,7 +168,9 @@ def pl_shim(tmp_path_factory):
 # mount, packed or not when it is unmounted), the mount options of the
 # crashed run, act(mount) (the operation, with the shim armed; the
 # unmount that follows does the pending work: packing, reclaiming) and
-# alt {rel: other content the file may have after the crash}.
+# alt {rel: other content the file may have after the crash}, moved {rel:
+# the other name it may have after the crash}; with the act returned, the
+# alt content and the other name.
 
 NFILES = 4 if LONG else 2
 
@@ -189,6 +205,41 @@ def op_unpack():
     return dict(files=files, prepare=prepare_packed(files), setup=None,
                 options=["nopack"], act=act, alt={"d/f0": bytes(new)}, same_ino=True,
                 packed=list(files))
+
+
+def op_unpack_truncate():
+    """Truncating a packed file to a non-zero size unpacks it first."""
+    op = op_unpack()
+    f0 = op["files"]["d/f0"]
+
+    def act(m):
+        fd = os.open(m.path("d/f0"), os.O_RDWR)
+        try:
+            os.ftruncate(fd, 333)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    op.update(act=act, alt={"d/f0": f0[:333]})
+    return op
+
+
+def op_unpack_rename():
+    """A rename into another directory unpacks the file first (its pack
+    stays behind)."""
+    op = op_unpack()
+    files = op["files"]
+    inner = prepare_packed(files, mkdirs=["e"])
+
+    def act(m):
+        os.rename(m.path("d/f0"), m.path("e/f0"))
+        for d in ("d", "e"):
+            fd = os.open(m.path(d), os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    op.update(act=act, alt={}, moved={"d/f0": "e/f0"}, prepare=inner)
+    return op
 
 
 def op_recompress():
@@ -243,9 +294,11 @@ def op_reclaim():
                 act=None, alt={}, same_ino=True, packed=list(keep))
 
 
-def prepare_packed(files, opts=()):
+def prepare_packed(files, opts=(), mkdirs=()):
     def prep(tmp_path, backing):
         with Mount(backing, str(backing) + "-prep", options=list(opts)) as m:
+            for d in mkdirs:
+                os.mkdir(m.path(d))
             for rel, c in files.items():
                 wr(m.path(rel), c)
         # the unmount packed what could be
@@ -253,16 +306,17 @@ def prepare_packed(files, opts=()):
 
 
 def make_op(name, tmp_path):
-    return {"pack": op_pack, "unpack": op_unpack, "recompress": op_recompress,
+    return {"pack": op_pack, "unpack": op_unpack, "unpack-truncate": op_unpack_truncate,
+            "unpack-rename": op_unpack_rename, "recompress": op_recompress,
             "reclaim": op_reclaim}[name]() if name != "tier" else op_tier(tmp_path)
 
 
-OPS = ["pack", "unpack", "recompress", "tier", "reclaim"]
+OPS = ["pack", "unpack", "unpack-truncate", "unpack-rename", "recompress", "tier", "reclaim"]
 
 
 # ------------------------------------------------------------ one run
 
-def run_once(op, tmp_path, shim_env, tag):
+def run_once(op, tmp_path, shim_env, tag, settle=0.0):
     """Copy the prepared BACKING, mount it with the shim(s), set up,
     remember inode numbers, arm, act, unmount (or die). Returns (backing,
     mount, acted: the act returned without an error, rc of the daemon)."""
@@ -276,13 +330,14 @@ def run_once(op, tmp_path, shim_env, tag):
     try:
         if op["setup"]:
             op["setup"](m)
-        inos = {rel: os.stat(m.path(rel)).st_ino for rel in op["files"]}
+        inos = {rel: os.stat(m.path(rel)) for rel in op["files"]}
         if "SQZ_PL_JOURNAL" in env:
             # the set-up is durable: a power loss undoes only what the
             # operation did after this (records from here on)
             os.sync()
             j = env["SQZ_PL_JOURNAL"]
             inos["@journal"] = os.path.getsize(j) if os.path.exists(j) else 0
+        time.sleep(settle)
         arm.write_text("armed")
         acted = False
         if op["act"]:
@@ -353,18 +408,26 @@ def check_after_crash(op, tmp_path, backing, inos, acted, tag, what):
         for root, dirs, names in os.walk(m.mnt):
             for n in names:
                 listed.add(os.path.relpath(os.path.join(root, n), m.mnt))
-        assert listed == set(op["files"]), (what, listed)
+        moved = op.get("moved", {})
+        names = {}
+        for rel in op["files"]:
+            there = [n for n in (rel, moved.get(rel)) if n in listed]
+            assert len(there) == 1, (what, rel, "is not under exactly one name", listed)
+            if rel in moved and acted:
+                assert there == [moved[rel]], (what, rel, "the rename returned 0", listed)
+            names[rel] = there[0]
+        assert listed == set(names.values()), (what, listed)
         for rel, want in op["files"].items():
             alt = op["alt"].get(rel)
-            got = rd(m.path(rel))
+            got = rd(m.path(names[rel]))
             assert got == want or (alt is not None and got == alt), (
                 what, rel, f"{len(got)} bytes, want {len(want)}", m.log()[-2000:])
             if alt is not None and acted:
                 assert got == alt, (what, rel, "the fsync returned 0: the new content")
-            st = os.stat(m.path(rel))
+            st = os.stat(m.path(names[rel]))
             assert st.st_size == len(got), (what, rel, st.st_size)
             if op["same_ino"]:
-                assert st.st_ino == inos[rel], (what, rel, "inode number changed")
+                assert st.st_ino == inos[rel].st_ino, (what, rel, "inode number changed")
         left = [os.path.join(r, n) for r, _d, ns in os.walk(backing) for n in ns
                 if TMP_RE.match(n)]
         assert not left, (what, "temporaries left after the listing", left)
@@ -399,23 +462,24 @@ def cases(steps):
 # or the backing state: a file with bytes and a pointer is a container
 # being packed (pointer set, not yet truncated) or being unpacked
 # (written, pointer not yet removed)
-BOTH = re.compile(r"\[state\] d/f0: bytes and a pointer")
-MUST_SEE = {"unpack": [BOTH], "recompress": [LEFTOVER], "tier": [LEFTOVER],
+BOTH = re.compile(r"\[state\] [de]/f0: bytes and a pointer")
+MUST_SEE = {"unpack": [BOTH], "unpack-truncate": [BOTH], "unpack-rename": [BOTH], "recompress": [LEFTOVER], "tier": [LEFTOVER],
             "pack": [TORN_PACK, BOTH], "reclaim": [TORN_PACK]}
 # with the power loss, an unpacking whose unsynced container bytes are
 # lost, partly or whole: the pointer still counts
-MUST_SEE_PL = {"unpack": [TORN_UNPACK], "recompress": [LEFTOVER], "tier": [LEFTOVER],
+MUST_SEE_PL = {"unpack": [TORN_UNPACK], "unpack-truncate": [TORN_UNPACK],
+               "unpack-rename": [TORN_UNPACK], "recompress": [LEFTOVER], "tier": [LEFTOVER],
                "pack": [BOTH], "reclaim": []}
 
 
 def run_matrix(name, tmp_path, kill_shim, pl_shim=None):
     op = make_op(name, tmp_path)
-    op["torn"] = [TORN_ANCHOR] if pl_shim else []
+    op["torn"] = [TORN_ANCHOR, TORN_TAIL] if pl_shim else []
     prepare(op, tmp_path)
     steps = trace(op, tmp_path, kill_shim)
     print(f"{name}: {len(steps)} steps: " + ", ".join(f"{k}#{n} {p}" for k, n, p in steps))
     seen = []
-    todo = cases(steps)
+    todo, unreached = cases(steps), []
     if pl_shim:
         todo = [c + (mode,) for c in todo for mode in ("all", "torn")]
     for i, (key, nth, when, path, *mode) in enumerate(todo):
@@ -426,14 +490,33 @@ def run_matrix(name, tmp_path, kill_shim, pl_shim=None):
             journal = tmp_path / f"journal-{i}"
             env.update(LD_PRELOAD=f"{kill_shim} {pl_shim}", SQZ_PL_JOURNAL=str(journal))
         backing, m, inos, acted, rc = run_once(op, tmp_path, env, f"k{i}")
-        assert rc == -9 and "kill_shim: killing" in m.log(), (
-            what, "the step was not reached", rc, m.log()[-2000:])
+        if rc != -9:
+            # a step that depends on timing (the shown ctime is kept, or
+            # its record removed, by the time since the mount: FORMAT.md
+            # "Shown times") was not made: again, armed later
+            assert rc == 0 and "kill_shim: killing" not in m.log(), (what, rc, m.log())
+            shutil.rmtree(backing)
+            backing, m, inos, acted, rc = run_once(op, tmp_path, env, f"k{i}", settle=0.3)
+        if rc != -9 and SHOWN in key:
+            # the ctime record of FORMAT.md "Shown times": kept or removed
+            # by the clock (a 200 ms window), so the trace may have one
+            # that this run did not make; the end state is checked all the
+            # same
+            assert rc == 0 and "kill_shim: killing" not in m.log(), (what, rc, m.log())
+            unreached.append(what)
+            what += " (not reached: the end state)"
+        else:
+            assert rc == -9 and "kill_shim: killing" in m.log(), (
+                what, "the step was not reached", rc, m.log()[-2000:])
         if pl_shim:
             what += ", then a power loss: " + power_loss(journal, inos.pop("@journal"),
                                                          mode[0], i)
         seen.append(check_after_crash(op, tmp_path, backing, inos, acted, f"k{i}", what))
         print(what, "|", seen[-1].replace(str(backing), "").replace("\n", " | "))
         shutil.rmtree(backing)
+    if unreached:
+        print(f"{name}: {len(unreached)} of {len(todo)} steps not reached: {unreached}")
+    assert len(unreached) <= len(todo) // 4, (name, "steps not reached", unreached)
     for w in (MUST_SEE_PL if pl_shim else MUST_SEE)[name]:
         assert any(w.search(t) for t in seen), (name, "no kill left", w.pattern, seen)
     return seen
