@@ -253,6 +253,19 @@ def op_recompress():
                 same_ino=False)
 
 
+def op_recompress_packed():
+    """Recompressing a packed file unpacks it, then replaces it (and the
+    unmount packs it again)."""
+    files = {"d/small": data(800, 22), "d/other": data(1200, 23)}
+
+    def act(m):
+        os.setxattr(m.path("d/small"), "user.squeezefs.recompress", b"gzip:9")
+
+    return dict(files=files, prepare=prepare_packed(files, ["compress=zstd:1/64K"]),
+                setup=None, options=["compress=zstd:1/64K"], act=act, alt={},
+                same_ino=False, packed=list(files))
+
+
 def op_tier(tmp_path):
     rules = tmp_path / "hdb.rules"
     rules.write_text(RULES)
@@ -308,10 +321,12 @@ def prepare_packed(files, opts=(), mkdirs=()):
 def make_op(name, tmp_path):
     return {"pack": op_pack, "unpack": op_unpack, "unpack-truncate": op_unpack_truncate,
             "unpack-rename": op_unpack_rename, "recompress": op_recompress,
+            "recompress-packed": op_recompress_packed,
             "reclaim": op_reclaim}[name]() if name != "tier" else op_tier(tmp_path)
 
 
-OPS = ["pack", "unpack", "unpack-truncate", "unpack-rename", "recompress", "tier", "reclaim"]
+OPS = ["pack", "unpack", "unpack-truncate", "unpack-rename", "recompress", "recompress-packed",
+       "tier", "reclaim"]
 
 
 # ------------------------------------------------------------ one run
@@ -462,13 +477,15 @@ def cases(steps):
 # or the backing state: a file with bytes and a pointer is a container
 # being packed (pointer set, not yet truncated) or being unpacked
 # (written, pointer not yet removed)
-BOTH = re.compile(r"\[state\] [de]/f0: bytes and a pointer")
-MUST_SEE = {"unpack": [BOTH], "unpack-truncate": [BOTH], "unpack-rename": [BOTH], "recompress": [LEFTOVER], "tier": [LEFTOVER],
-            "pack": [TORN_PACK, BOTH], "reclaim": [TORN_PACK]}
+BOTH = re.compile(r"\[state\] \S+: bytes and a pointer")
+MUST_SEE = {"unpack": [BOTH], "unpack-truncate": [BOTH], "unpack-rename": [BOTH],
+            "recompress": [LEFTOVER], "recompress-packed": [LEFTOVER, BOTH],
+            "tier": [LEFTOVER], "pack": [TORN_PACK, BOTH], "reclaim": [TORN_PACK]}
 # with the power loss, an unpacking whose unsynced container bytes are
 # lost, partly or whole: the pointer still counts
 MUST_SEE_PL = {"unpack": [TORN_UNPACK], "unpack-truncate": [TORN_UNPACK],
-               "unpack-rename": [TORN_UNPACK], "recompress": [LEFTOVER], "tier": [LEFTOVER],
+               "unpack-rename": [TORN_UNPACK], "recompress": [LEFTOVER],
+               "recompress-packed": [LEFTOVER, TORN_UNPACK], "tier": [LEFTOVER],
                "pack": [BOTH], "reclaim": []}
 
 
