@@ -4,7 +4,8 @@
  * A *step* is a call of a libc function that changes BACKING: fsetxattr,
  * setxattr, lsetxattr, fremovexattr, removexattr, lremovexattr (the step's
  * key names the xattr too: "fsetxattr:user.squeezefs.packed"), ftruncate,
- * fallocate, futimens, utimensat, renameat, renameat2 (key
+ * fallocate, futimens, utimensat, fchmod, fchmodat, fchown, fchownat,
+ * renameat, renameat2 (key
  * "renameat2:exchange" for RENAME_EXCHANGE), unlinkat, openat with O_CREAT
  * ("openat:creat"), pwrite, pwritev, write, fsync, fdatasync, syncfs. Only
  * calls on something under $SQZ_KS_DIR count (an fd's /proc/self/fd link,
@@ -268,6 +269,34 @@ int utimensat(int dfd, const char *p, const struct timespec t[2], int fl)
     REAL(int, utimensat, int, const char *, const struct timespec *, int);
     int d = at_step("utimensat", dfd, p);
     WRAP_RET(real_utimensat(dfd, p, t, fl), d);
+}
+
+int fchmod(int fd, mode_t mode)
+{
+    REAL(int, fchmod, int, mode_t);
+    int d = fd_step("fchmod", fd);
+    WRAP_RET(real_fchmod(fd, mode), d);
+}
+
+int fchmodat(int dfd, const char *p, mode_t mode, int fl)
+{
+    REAL(int, fchmodat, int, const char *, mode_t, int);
+    int d = at_step("fchmodat", dfd, p);
+    WRAP_RET(real_fchmodat(dfd, p, mode, fl), d);
+}
+
+int fchown(int fd, uid_t u, gid_t g)
+{
+    REAL(int, fchown, int, uid_t, gid_t);
+    int d = fd_step("fchown", fd);
+    WRAP_RET(real_fchown(fd, u, g), d);
+}
+
+int fchownat(int dfd, const char *p, uid_t u, gid_t g, int fl)
+{
+    REAL(int, fchownat, int, const char *, uid_t, gid_t, int);
+    int d = at_step("fchownat", dfd, p);
+    WRAP_RET(real_fchownat(dfd, p, u, g, fl), d);
 }
 
 int renameat(int ofd, const char *o, int nfd, const char *n)

@@ -4,8 +4,8 @@ packing in place, unpacking (the first write to a packed file), replacing
 
 The daemon runs with tests/kill_shim.c preloaded. A *step* is one call of
 a libc function that changes BACKING (xattrs by name, ftruncate,
-fallocate, futimens/utimensat, renameat/renameat2, unlinkat, openat with
-O_CREAT, pwrite, write, fsync, fdatasync, syncfs), counted only while an
+fallocate, futimens/utimensat, fchmod/fchown(at), renameat/renameat2,
+unlinkat, openat with O_CREAT, pwrite, write, fsync, fdatasync, syncfs), counted only while an
 arm file exists, so the set-up is not part of it. For each operation the
 test first runs it once in *trace* mode, which lists its steps in order;
 then, for every step of that list, a fresh copy of the set-up is run with
