@@ -6,7 +6,7 @@
  * key names the xattr too: "fsetxattr:user.squeezefs.packed"), ftruncate,
  * fallocate, futimens, utimensat, fchmod, fchmodat, fchown, fchownat,
  * renameat, renameat2 (key
- * "renameat2:exchange" for RENAME_EXCHANGE), unlinkat, openat with O_CREAT
+ * "renameat2:exchange" for RENAME_EXCHANGE), linkat, unlinkat, openat with O_CREAT
  * ("openat:creat"), pwrite, pwritev, write, fsync, fdatasync, syncfs. Only
  * calls on something under $SQZ_KS_DIR count (an fd's /proc/self/fd link,
  * also for a path given as /proc/self/fd/N; dirfd + name for the *at
@@ -312,6 +312,13 @@ int renameat2(int ofd, const char *o, int nfd, const char *n, unsigned int fl)
     REAL(int, renameat2, int, const char *, int, const char *, unsigned int);
     int d = at_step(fl & RENAME_EXCHANGE ? "renameat2:exchange" : "renameat2", ofd, o);
     WRAP_RET(real_renameat2(ofd, o, nfd, n, fl), d);
+}
+
+int linkat(int ofd, const char *o, int nfd, const char *n, int fl)
+{
+    REAL(int, linkat, int, const char *, int, const char *, int);
+    int d = at_step("linkat", nfd, n);
+    WRAP_RET(real_linkat(ofd, o, nfd, n, fl), d);
 }
 
 int unlinkat(int dfd, const char *p, int fl)

@@ -5,8 +5,9 @@ packing in place, unpacking (the first write to a packed file), replacing
 The daemon runs with tests/kill_shim.c preloaded. A *step* is one call of
 a libc function that changes BACKING (xattrs by name, ftruncate,
 fallocate, futimens/utimensat, fchmod/fchown(at), renameat/renameat2,
-unlinkat, openat with O_CREAT, pwrite, write, fsync, fdatasync, syncfs), counted only while an
-arm file exists, so the set-up is not part of it. For each operation the
+linkat, unlinkat, openat with O_CREAT, pwrite, write, fsync, fdatasync,
+syncfs), counted only while an arm file exists, so the set-up is not part
+of it. For each operation the
 test first runs it once in *trace* mode, which lists its steps in order;
 then, for every step of that list, a fresh copy of the set-up is run with
 the shim killing the daemon (SIGKILL) right before that step, and once
@@ -31,9 +32,11 @@ append), so a matrix that only kills before or after the whole operation
 fails. The writer lock's steps (the unmount's) are not in the matrix.
 
 Unpacking is run for each of its triggers through the mount: the first
-write (fsync'ed), a truncation to a non-zero size (fsync'ed) and a rename
-into another directory (both directories fsync'ed): the file is then
-under exactly one name, the new one once the rename returned. A step
+write (fsync'ed), a truncation to a non-zero size (fsync'ed), a rename
+into another directory (both directories fsync'ed: the file is then
+under exactly one name, the new one once the rename returned) and a
+second link (the directory fsync'ed: the new name is the same file, or
+absent if link did not return). A step
 that writes or removes the ctime record of "Shown times" depends on the
 clock (its 200 ms window), so a trace may list one that a later run does
 not make: such a case is run once more, armed 0.3 s later, and if the
@@ -242,6 +245,21 @@ def op_unpack_rename():
     return op
 
 
+def op_unpack_link():
+    """A second link unpacks the file first (a packed file has one)."""
+    op = op_unpack()
+
+    def act(m):
+        os.link(m.path("d/f0"), m.path("d/g0"))
+        fd = os.open(m.path("d"), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    op.update(act=act, alt={}, linked={"d/f0": "d/g0"})
+    return op
+
+
 def op_recompress():
     files = {"d/big": data(300_000, 20), "d/small": data(800, 21)}
 
@@ -320,13 +338,14 @@ def prepare_packed(files, opts=(), mkdirs=()):
 
 def make_op(name, tmp_path):
     return {"pack": op_pack, "unpack": op_unpack, "unpack-truncate": op_unpack_truncate,
-            "unpack-rename": op_unpack_rename, "recompress": op_recompress,
+            "unpack-rename": op_unpack_rename, "unpack-link": op_unpack_link,
+            "recompress": op_recompress,
             "recompress-packed": op_recompress_packed,
             "reclaim": op_reclaim}[name]() if name != "tier" else op_tier(tmp_path)
 
 
-OPS = ["pack", "unpack", "unpack-truncate", "unpack-rename", "recompress", "recompress-packed",
-       "tier", "reclaim"]
+OPS = ["pack", "unpack", "unpack-truncate", "unpack-rename", "unpack-link", "recompress",
+       "recompress-packed", "tier", "reclaim"]
 
 
 # ------------------------------------------------------------ one run
@@ -431,6 +450,18 @@ def check_after_crash(op, tmp_path, backing, inos, acted, tag, what):
             if rel in moved and acted:
                 assert there == [moved[rel]], (what, rel, "the rename returned 0", listed)
             names[rel] = there[0]
+        # a second link: there or not (there once link returned), the same
+        # file as the first name
+        for rel, other in op.get("linked", {}).items():
+            if acted:
+                assert other in listed, (what, other, "link returned 0", listed)
+            if other in listed:
+                a, b = os.stat(m.path(rel)), os.stat(m.path(other))
+                assert (a.st_ino, a.st_nlink) == (b.st_ino, 2), (what, other, a, b)
+                assert rd(m.path(other)) == op["files"][rel], (what, other)
+                names[other] = other
+            else:
+                assert os.stat(m.path(rel)).st_nlink == 1, (what, rel)
         assert listed == set(names.values()), (what, listed)
         for rel, want in op["files"].items():
             alt = op["alt"].get(rel)
@@ -479,12 +510,14 @@ def cases(steps):
 # (written, pointer not yet removed)
 BOTH = re.compile(r"\[state\] \S+: bytes and a pointer")
 MUST_SEE = {"unpack": [BOTH], "unpack-truncate": [BOTH], "unpack-rename": [BOTH],
+            "unpack-link": [BOTH],
             "recompress": [LEFTOVER], "recompress-packed": [LEFTOVER, BOTH],
             "tier": [LEFTOVER], "pack": [TORN_PACK, BOTH], "reclaim": [TORN_PACK]}
 # with the power loss, an unpacking whose unsynced container bytes are
 # lost, partly or whole: the pointer still counts
 MUST_SEE_PL = {"unpack": [TORN_UNPACK], "unpack-truncate": [TORN_UNPACK],
-               "unpack-rename": [TORN_UNPACK], "recompress": [LEFTOVER],
+               "unpack-rename": [TORN_UNPACK], "unpack-link": [TORN_UNPACK],
+               "recompress": [LEFTOVER],
                "recompress-packed": [LEFTOVER, TORN_UNPACK], "tier": [LEFTOVER],
                "pack": [BOTH], "reclaim": []}
 
