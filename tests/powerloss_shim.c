@@ -156,6 +156,27 @@ static int abs_path(int dirfd, const char *p, char *out)
     return under_dir(out);
 }
 
+/* The old bytes [off, off+n) of fd, also of a write-only descriptor
+ * (packing truncates through one: read through its /proc/self/fd link).
+ * Bytes read; aborts if they cannot be read (the journal must be
+ * complete). */
+static ssize_t pread_old(int fd, void *buf, size_t n, uint64_t off)
+{
+    ssize_t r = syscall(SYS_pread64, fd, buf, n, off);
+    if (r < 0 && errno == EBADF) {
+        char link[64];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        int rfd = (int)syscall(SYS_openat, AT_FDCWD, link, O_RDONLY | O_CLOEXEC);
+        if (rfd < 0)
+            abort();
+        r = syscall(SYS_pread64, rfd, buf, n, off);
+        syscall(SYS_close, rfd);
+    }
+    if (r < 0)
+        abort();
+    return r;
+}
+
 /* Record the undo of writing n bytes at off (off < 0: current offset). */
 static void before_write(int fd, int64_t off, size_t n)
 {
@@ -180,10 +201,7 @@ static void before_write(int fd, int64_t off, size_t n)
         old = malloc(oldlen ? oldlen : 1);
         if (!old)
             abort();
-        ssize_t r = syscall(SYS_pread64, fd, old, oldlen, off);
-        if (r < 0)
-            r = 0;
-        oldlen = (uint64_t)r;
+        oldlen = (uint64_t)pread_old(fd, old, oldlen, (uint64_t)off);
     }
     journal(T_WRITE, path, NULL, (uint64_t)off, old, oldlen, (uint64_t)st.st_size, n);
     free(old);
@@ -282,8 +300,8 @@ static void before_resize(int fd, uint64_t newsize)
         void *old = malloc(len);
         if (!old)
             abort();
-        ssize_t r = syscall(SYS_pread64, fd, old, len, newsize);
-        journal(T_WRITE, path, NULL, newsize, old, r > 0 ? (uint64_t)r : 0, oldsize, 0);
+        ssize_t r = pread_old(fd, old, len, newsize);
+        journal(T_WRITE, path, NULL, newsize, old, (uint64_t)r, oldsize, 0);
         free(old);
     }
     journal(T_TRUNC, path, NULL, 0, NULL, 0, oldsize, newsize);
