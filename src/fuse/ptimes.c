@@ -380,6 +380,28 @@ static int ts_lt(const struct timespec *a, const struct timespec *b)
            (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
+/* The backing file changed from version old to cur by the daemon's own
+ * bookkeeping (its content did not): the views and caches keyed by old
+ * stay valid (io exclusive). */
+static void rekey_locked(struct sqz_inode *in, const struct stat *old,
+                         const struct stat *cur)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    struct sqz_bkey o, c;
+    sqz_bkey_of(old, &o);
+    sqz_bkey_of(cur, &c);
+    if (in->sf && !in->sf_rw && sqz_bkey_eq(&in->sf_key, &o))
+        in->sf_key = c;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (in->probe_valid && sqz_bkey_eq(&in->probe_key, &o))
+        in->probe_key = c;
+    if (in->kc_valid && sqz_bkey_eq(&in->kc_key, &o))
+        in->kc_key = c;
+    if (in->stash && sqz_bkey_eq(&in->stash_key, &o))
+        in->stash_key = c;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
 int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
 {
     if (fs->opts.ro || in->type != S_IFREG)
@@ -387,7 +409,7 @@ int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
     int mode = atime_mode(fs);
     if (mode == ATIME_NOATIME)
         return 0;
-    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct stat bst;
     int moved = 0;
     if (sqz_backing_stat(in, &bst) != 0)
@@ -421,8 +443,12 @@ int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
     if (!ok)
         goto out;
     moved = 1;
-    /* the atime is no change of the file: the ctime it showed stays */
+    /* the atime is no change of the file: the ctime it showed stays, and so
+     * do the views and caches of its content */
     sqz_ptimes_keep(fs, in, -1, &st.st_ctim, gen);
+    struct stat cur;
+    if (sqz_backing_stat(in, &cur) == 0)
+        rekey_locked(in, &bst, &cur);
 out:
     SQZ_RWUNLOCK(&in->io);
     return moved;
