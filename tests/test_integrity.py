@@ -499,7 +499,7 @@ def test_closed_file_becomes_durable_in_background(mount_factory, tmp_path):
 
 # ---------------------------------------------------------------- packed files
 # A small closed file is stored packed (issue 14, include/squeezefs/pack.h):
-# a 0-byte backing file whose xattr user.squeezefs.packed (48 bytes) points
+# a 0-byte backing file whose xattr user.squeezefs.packed (48 or 56 bytes) points
 # at a checksummed entry (48-byte header, then the stored bytes) of a
 # hidden pack file .sqz-tmp.pack.<16 hex> in the same directory.
 
@@ -518,9 +518,13 @@ def packed_ptr(path):
         if e.errno == errno.ENODATA:
             return None
         raise
-    assert len(v) == 48, len(v)
-    _m, _v, kind, _p, stored, pack_id, off, length, _crc, _ck = \
-        struct.unpack("<IBB6sIQQQII", v)
+    assert len(v) in (48, 56), len(v)   # version 2 (56): + the ctime shown
+    if len(v) == 48:
+        _m, _v, kind, _p, stored, pack_id, off, length, _crc, _ck = \
+            struct.unpack("<IBB6sIQQQII", v)
+    else:
+        _m, _v, kind, _p, stored, pack_id, off, length = \
+            struct.unpack("<IBB6sIQII", v[:32])
     return {"kind": kind, "stored": stored, "pack": ".sqz-tmp.pack.%016x" % pack_id,
             "off": off, "length": length}
 

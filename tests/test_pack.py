@@ -53,10 +53,15 @@ def pointer(bpath):
         if e.errno == errno.ENODATA:
             return None
         raise
-    assert len(v) == 48, (bpath, len(v))
-    magic, ver, kind, _params, stored, pack_id, off, length, _crc, _ck = \
-        struct.unpack("<IBB6sIQQQII", v)
-    assert magic == PTR_MAGIC and ver == 1, (bpath, magic, ver)
+    assert len(v) in (48, 56), (bpath, len(v))   # version 2: + ctime shown
+    if len(v) == 48:
+        magic, ver, kind, _params, stored, pack_id, off, length, _crc, _ck = \
+            struct.unpack("<IBB6sIQQQII", v)
+    else:
+        magic, ver, kind, _params, stored, pack_id, off, length = \
+            struct.unpack("<IBB6sIQII", v[:32])
+    assert magic == PTR_MAGIC and ver == (1 if len(v) == 48 else 2), \
+        (bpath, magic, ver)
     return {"kind": kind, "stored": stored, "pack_id": pack_id, "off": off,
             "length": length}
 

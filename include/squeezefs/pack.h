@@ -29,7 +29,9 @@ extern "C" {
 #define SQZ_PACK_XATTR "user.squeezefs.packed"
 #define SQZ_PACK_PREFIX ".sqz-tmp.pack."
 #define SQZ_PACK_NAME_MAX 40
-#define SQZ_PACK_PTR_SIZE 48u
+#define SQZ_PACK_PTR_SIZE 48u /* version 1 */
+#define SQZ_PACK_PTR_MAX 56u  /* version 2: with the ctime the file shows
+                                 (56 bytes: still in an ext4 inode) */
 #define SQZ_PACK_HDR_SIZE 64u
 #define SQZ_PACK_ENTRY_HDR 48u
 /* Files of at most this logical length (and of one block) are packed. */
@@ -45,9 +47,17 @@ typedef struct sqz_pack_ptr {
     uint32_t crc;         /* checksum of the stored bytes */
     uint8_t kind;         /* 1 compressed, 2 raw */
     sqz_params params;    /* the policy the file was written with */
+    /* version 2: the ctime the file shows (docs/FORMAT.md "Shown times":
+     * kept here rather than in a second xattr, which would not fit in an
+     * ext4 inode beside the pointer and cost a 4 KiB block per file) */
+    int has_shown;
+    int64_t shown_ns;     /* the ctime shown, ns since the epoch */
+    uint32_t shown_until; /* counts while the backing ctime is at most
+                             this (seconds since the epoch) */
 } sqz_pack_ptr;
 
-void sqz_pack_ptr_encode(const sqz_pack_ptr *p, uint8_t out[SQZ_PACK_PTR_SIZE]);
+/* Encode p (version 1, or 2 with has_shown): the size written (48 or 56). */
+size_t sqz_pack_ptr_encode(const sqz_pack_ptr *p, uint8_t out[SQZ_PACK_PTR_MAX]);
 /* 0, or -EBADMSG with the reason in err (damaged or unknown). */
 int sqz_pack_ptr_decode(const void *in, size_t n, sqz_pack_ptr *p, char *err,
                         size_t errlen);

@@ -22,6 +22,7 @@
 static const uint8_t pack_magic[8] = {'S', 'Q', 'Z', 'P', 'A', 'C', 'K', 0};
 #define PACK_VERSION 1u
 #define PTR_VERSION 1u
+#define PTR_VERSION_SHOWN 2u
 
 static void put_params(uint8_t *b, const sqz_params *p)
 {
@@ -44,19 +45,31 @@ static void get_params(const uint8_t *b, sqz_params *p)
 
 /* Pointer: magic u32, version u8, kind u8, params (6 bytes), stored_len
  * u32, pack_id u64, off u64, length u64, crc u32, checksum u32 of 0..43. */
-void sqz_pack_ptr_encode(const sqz_pack_ptr *p, uint8_t out[SQZ_PACK_PTR_SIZE])
+size_t sqz_pack_ptr_encode(const sqz_pack_ptr *p, uint8_t out[SQZ_PACK_PTR_MAX])
 {
-    memset(out, 0, SQZ_PACK_PTR_SIZE);
+    memset(out, 0, SQZ_PACK_PTR_MAX);
     sqz_put32(out, PTR_MAGIC);
-    out[4] = PTR_VERSION;
     out[5] = p->kind;
     put_params(out + 6, &p->params);
     sqz_put32(out + 12, p->stored_len);
     sqz_put64(out + 16, p->pack_id);
+    if (p->has_shown && p->off <= UINT32_MAX && p->length <= UINT32_MAX) {
+        /* version 2: offset and length in 32 bits, the ctime shown */
+        out[4] = PTR_VERSION_SHOWN;
+        sqz_put32(out + 24, (uint32_t)p->off);
+        sqz_put32(out + 28, (uint32_t)p->length);
+        sqz_put32(out + 32, p->crc);
+        sqz_put64(out + 36, (uint64_t)p->shown_ns);
+        sqz_put32(out + 44, p->shown_until);
+        sqz_put32(out + 52, sqz_checksum(out, 52));
+        return SQZ_PACK_PTR_MAX;
+    }
+    out[4] = PTR_VERSION;
     sqz_put64(out + 24, p->off);
     sqz_put64(out + 32, p->length);
     sqz_put32(out + 40, p->crc);
     sqz_put32(out + 44, sqz_checksum(out, 44));
+    return SQZ_PACK_PTR_SIZE;
 }
 
 static int plausible(const sqz_pack_ptr *p, char *err, size_t errlen)
@@ -83,12 +96,15 @@ int sqz_pack_ptr_decode(const void *in, size_t n, sqz_pack_ptr *p, char *err,
                         size_t errlen)
 {
     const uint8_t *b = in;
-    if (n != SQZ_PACK_PTR_SIZE || sqz_get32(b) != PTR_MAGIC ||
-        sqz_get32(b + 44) != sqz_checksum(b, 44)) {
+    int v2 = n == SQZ_PACK_PTR_MAX;
+    if ((n != SQZ_PACK_PTR_SIZE && !v2) || sqz_get32(b) != PTR_MAGIC ||
+        (v2 ? sqz_get32(b + 52) != sqz_checksum(b, 52)
+            : sqz_get32(b + 44) != sqz_checksum(b, 44))) {
         sqz_errf(err, errlen, "packed: damaged pointer");
         return -EBADMSG;
     }
-    if (b[4] != PTR_VERSION) {
+    if (b[4] != (v2 ? PTR_VERSION_SHOWN : PTR_VERSION) ||
+        (v2 && sqz_get32(b + 48) != 0)) {
         sqz_errf(err, errlen, "packed: pointer version %u unknown", b[4]);
         return -EBADMSG;
     }
@@ -97,9 +113,18 @@ int sqz_pack_ptr_decode(const void *in, size_t n, sqz_pack_ptr *p, char *err,
     get_params(b + 6, &p->params);
     p->stored_len = sqz_get32(b + 12);
     p->pack_id = sqz_get64(b + 16);
-    p->off = sqz_get64(b + 24);
-    p->length = sqz_get64(b + 32);
-    p->crc = sqz_get32(b + 40);
+    if (v2) {
+        p->off = sqz_get32(b + 24);
+        p->length = sqz_get32(b + 28);
+        p->crc = sqz_get32(b + 32);
+        p->has_shown = 1;
+        p->shown_ns = (int64_t)sqz_get64(b + 36);
+        p->shown_until = sqz_get32(b + 44);
+    } else {
+        p->off = sqz_get64(b + 24);
+        p->length = sqz_get64(b + 32);
+        p->crc = sqz_get32(b + 40);
+    }
     return plausible(p, err, errlen);
 }
 
@@ -158,23 +183,23 @@ int sqz_pack_ptr_getat(int dirfd, const char *name, sqz_pack_ptr *p,
 int sqz_pack_ptr_get_follow(const char *path, sqz_pack_ptr *p, char *err,
                             size_t errlen)
 {
-    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
+    uint8_t b[SQZ_PACK_PTR_MAX + 1];
     ssize_t n = getxattr(path, SQZ_PACK_XATTR, b, sizeof b);
     return ptr_of_xattr(n, errno, b, p, err, errlen);
 }
 
 int sqz_pack_ptr_fget(int fd, sqz_pack_ptr *p, char *err, size_t errlen)
 {
-    uint8_t b[SQZ_PACK_PTR_SIZE + 1];
+    uint8_t b[SQZ_PACK_PTR_MAX + 1];
     ssize_t n = fgetxattr(fd, SQZ_PACK_XATTR, b, sizeof b);
     return ptr_of_xattr(n, errno, b, p, err, errlen);
 }
 
 int sqz_pack_ptr_set(int fd, const sqz_pack_ptr *p)
 {
-    uint8_t b[SQZ_PACK_PTR_SIZE];
-    sqz_pack_ptr_encode(p, b);
-    return fsetxattr(fd, SQZ_PACK_XATTR, b, sizeof b, 0) == 0 ? 0 : -errno;
+    uint8_t b[SQZ_PACK_PTR_MAX];
+    size_t n = sqz_pack_ptr_encode(p, b);
+    return fsetxattr(fd, SQZ_PACK_XATTR, b, n, 0) == 0 ? 0 : -errno;
 }
 
 void sqz_pack_name(uint64_t pack_id, char out[SQZ_PACK_NAME_MAX])

@@ -303,9 +303,9 @@ int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st)
     int rc = sqz_backing_stat(in, st);
     if (rc)
         return rc;
+    sqz_ptimes_apply(fs, in, st); /* (on the backing figures) */
     if (S_ISREG(st->st_mode))
         sqz_content_fix_stat(fs, in, st);
-    sqz_ptimes_apply(fs, in, st);
     return 0;
 }
 
@@ -327,16 +327,16 @@ int sqz_do_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
     int rc = sqz_inode_lookup(fs, parent, name, &st, &in);
     if (rc)
         return rc;
-    if (S_ISREG(st.st_mode))
-        sqz_content_fix_stat(fs, in, &st);
     if (S_ISDIR(st.st_mode)) {
         if ((rc = sqz_ptimes_stat_dir(fs, in, &st)) != 0) {
             sqz_inode_forget(fs, in, 1);
             return rc;
         }
     } else {
-        sqz_ptimes_apply(fs, in, &st);
+        sqz_ptimes_apply(fs, in, &st); /* (on the backing figures) */
     }
+    if (S_ISREG(st.st_mode))
+        sqz_content_fix_stat(fs, in, &st);
     sqz_entry_fill(fs, in, &st, e);
     sqz_ptimes_kernel_seen(fs, in, &st);
     return 0;

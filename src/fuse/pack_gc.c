@@ -270,7 +270,7 @@ static int scan(int dfd, struct pack_info **out, size_t *nout)
         }
         if (!S_ISREG(st.st_mode))
             continue;
-        uint8_t b[SQZ_PACK_PTR_SIZE];
+        uint8_t b[SQZ_PACK_PTR_MAX];
         int fd = open_reg(dfd, de->d_name);
         ssize_t got = fd < 0 ? -1 : ptr_xattr(fd, b, NULL, sizeof(b));
         if (fd >= 0) {
@@ -285,8 +285,7 @@ static int scan(int dfd, struct pack_info **out, size_t *nout)
             rc = -errno;
             break;
         }
-        if (got != (ssize_t)sizeof(b) ||
-            sqz_pack_ptr_decode(b, sizeof(b), &p, NULL, 0) != 0) {
+        if (got <= 0 || sqz_pack_ptr_decode(b, (size_t)got, &p, NULL, 0) != 0) {
             /* a damaged pointer: which pack it named is unknown, so no
              * pack of this directory is removed (its data may still be
              * recovered by hand) */
@@ -353,7 +352,7 @@ static int move_live(struct sqz_fs *fs, int dfd, struct pack_info *x,
      * that name: perhaps renamed) keeps the old pack. */
     int all = 1;
     for (size_t i = 0; i < x->nfiles && rc == 0; i++) {
-        uint8_t b[SQZ_PACK_PTR_SIZE];
+        uint8_t b[SQZ_PACK_PTR_MAX];
         sqz_pack_ptr cur;
         int fd = open_reg(dfd, x->files[i].name);
         ssize_t got = fd < 0 ? -1 : ptr_xattr(fd, b, NULL, sizeof(b));
@@ -362,8 +361,7 @@ static int move_live(struct sqz_fs *fs, int dfd, struct pack_info *x,
                 close(fd);
             continue; /* no pointer any more: its entry is dead */
         }
-        if (got != (ssize_t)sizeof(b) ||
-            sqz_pack_ptr_decode(b, sizeof(b), &cur, NULL, 0) != 0) {
+        if (got <= 0 || sqz_pack_ptr_decode(b, (size_t)got, &cur, NULL, 0) != 0) {
             if (fd >= 0)
                 close(fd);
             all = 0;
@@ -374,9 +372,9 @@ static int move_live(struct sqz_fs *fs, int dfd, struct pack_info *x,
             close(fd);
             continue; /* repacked meanwhile: not this entry any more */
         }
-        uint8_t nb[SQZ_PACK_PTR_SIZE];
-        sqz_pack_ptr_encode(&np[i], nb);
-        if (ptr_xattr(fd, NULL, nb, sizeof(nb)) == 0)
+        uint8_t nb[SQZ_PACK_PTR_MAX];
+        size_t nn = sqz_pack_ptr_encode(&np[i], nb);
+        if (ptr_xattr(fd, NULL, nb, nn) == 0)
             (*moved)++; /* times stay (only the ctime changes) */
         else if (errno != ENODATA)
             all = 0;

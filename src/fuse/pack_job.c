@@ -30,6 +30,7 @@
 #include "fuse/ptimes.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
+#include "squeezefs/shown.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -397,6 +398,9 @@ static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
     int fd = sqz_inode_reopen(in, O_WRONLY);
     if (fd < 0)
         return fd;
+    /* the ctime record goes into the pointer (ptimes.c): one xattr, which
+     * fits in the inode (two take a 4 KiB block per file on ext4) */
+    fremovexattr(fd, SQZ_SHOWN_XATTR);
     rc = sqz_pack_ptr_set(fd, &x->ptr);
     if (rc == 0 && ftruncate(fd, 0) != 0) {
         rc = -errno;

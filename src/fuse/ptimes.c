@@ -15,6 +15,7 @@
 #include "fuse/fs.h"
 #include "fuse/mountlife.h"
 #include "common/lockorder.h"
+#include "squeezefs/pack.h"
 #include "squeezefs/shown.h"
 
 #include <errno.h>
@@ -47,9 +48,39 @@ static int kept_kind(const struct stat *st)
     return S_ISREG(st->st_mode) || S_ISDIR(st->st_mode);
 }
 
-/* The record of in as read now: 1 (s filled), 0 none or not usable. */
-static int read_record(struct sqz_inode *in, sqz_shown *s)
+/* A packed file's record is in its pointer (version 2): a second xattr
+ * would not fit in an ext4 inode beside it (a 4 KiB block per file). */
+static void shown_of_ptr(const sqz_pack_ptr *p, sqz_shown *s)
 {
+    s->ctime.tv_sec = (time_t)(p->shown_ns / 1000000000LL);
+    s->ctime.tv_nsec = (long)(p->shown_ns % 1000000000LL);
+    s->until.tv_sec = (time_t)p->shown_until;
+    s->until.tv_nsec = 0;
+}
+
+/* The pointer of a 0-byte regular file behind fd (or in's own when fd <
+ * 0): 1 (*p filled), 0 none, <0 error. */
+static int ptr_of(int fd, struct sqz_inode *in, sqz_pack_ptr *p)
+{
+    if (fd >= 0)
+        return sqz_pack_ptr_fget(fd, p, NULL, 0);
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    return sqz_pack_ptr_get_follow(pp, p, NULL, 0);
+}
+
+/* The record of in (bst its backing stat) as read now: 1 (s filled), 0
+ * none or not usable. */
+static int read_record(struct sqz_inode *in, const struct stat *bst,
+                       sqz_shown *s)
+{
+    sqz_pack_ptr p;
+    if (S_ISREG(bst->st_mode) && bst->st_size == 0 && ptr_of(-1, in, &p) == 1) {
+        if (!p.has_shown)
+            return 0;
+        shown_of_ptr(&p, s);
+        return 1;
+    }
     char pp[64];
     uint8_t b[SQZ_SHOWN_SIZE + 1];
     sqz_proc_path(in->fd, pp, sizeof(pp));
@@ -74,7 +105,7 @@ void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
     if (!cached) {
-        has = read_record(in, &s);
+        has = read_record(in, st, &s);
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
         in->shown_valid = 1;
         in->shown_key = st->st_ctim;
@@ -109,8 +140,36 @@ static void forget_cache(struct sqz_inode *in)
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
-static int record_set(int fd, struct sqz_inode *in, const void *v, size_t n)
+/* The file behind fd (or in's own) is packed: its pointer in *p. */
+static int packed_now(int fd, struct sqz_inode *in, sqz_pack_ptr *p)
 {
+    struct stat st;
+    int r = fd >= 0 ? fstat(fd, &st) : sqz_backing_stat(in, &st);
+    return r == 0 && S_ISREG(st.st_mode) && st.st_size == 0 &&
+           ptr_of(fd, in, p) == 1;
+}
+
+static int ptr_store(int fd, struct sqz_inode *in, const sqz_pack_ptr *p)
+{
+    uint8_t b[SQZ_PACK_PTR_MAX];
+    size_t n = sqz_pack_ptr_encode(p, b);
+    if (fd >= 0)
+        return fsetxattr(fd, SQZ_PACK_XATTR, b, n, XATTR_REPLACE) == 0 ? 0 : -errno;
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    return setxattr(pp, SQZ_PACK_XATTR, b, n, XATTR_REPLACE) == 0 ? 0 : -errno;
+}
+
+static int record_set(int fd, struct sqz_inode *in, const sqz_shown *s,
+                      const void *v, size_t n)
+{
+    sqz_pack_ptr p;
+    if ((fd >= 0 || in) && packed_now(fd, in, &p)) {
+        p.has_shown = 1;
+        p.shown_ns = (int64_t)s->ctime.tv_sec * 1000000000LL + s->ctime.tv_nsec;
+        p.shown_until = (uint32_t)s->until.tv_sec + (s->until.tv_nsec ? 1 : 0);
+        return ptr_store(fd, in, &p);
+    }
     if (fd >= 0)
         return fsetxattr(fd, SQZ_SHOWN_XATTR, v, n, 0) == 0 ? 0 : -errno;
     char pp[64];
@@ -120,6 +179,11 @@ static int record_set(int fd, struct sqz_inode *in, const void *v, size_t n)
 
 static void record_remove(int fd, struct sqz_inode *in)
 {
+    sqz_pack_ptr p;
+    if ((fd >= 0 || in) && packed_now(fd, in, &p) && p.has_shown) {
+        p.has_shown = 0;
+        ptr_store(fd, in, &p);
+    }
     if (fd >= 0) {
         fremovexattr(fd, SQZ_SHOWN_XATTR);
         return;
@@ -145,7 +209,7 @@ static int record_write(int fd, struct sqz_inode *in,
     if (in)
         atomic_store(&in->shown_until_ns, until);
     *until_ns = until;
-    return record_set(fd, in, b, sizeof(b));
+    return record_set(fd, in, &s, b, sizeof(b));
 }
 
 static void keep_failed(struct sqz_fs *fs, struct sqz_inode *in, int rc)

@@ -13,7 +13,9 @@ struct sqz_fs;
 struct sqz_inode;
 
 /* stat of in as shown: st_ctim replaced by a kept ctime that counts.
- * Regular files and directories; st is the backing stat. */
+ * Regular files and directories; st is the backing stat (before
+ * sqz_content_fix_stat: a packed file's record is in its pointer, read
+ * when the backing file has 0 bytes). */
 void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
                       struct stat *st);
 /* The ctime shown for backing stat bst (before background work). */

@@ -26,22 +26,31 @@ static void test_ptr_codec(void)
     sqz_pack_ptr p = {.pack_id = 0x1234, .off = 64, .length = 1000,
                       .stored_len = 300, .crc = 0xabcdef, .kind = 1,
                       .params = params(SQZ_ALG_ZSTD, 1, 17)};
-    uint8_t b[SQZ_PACK_PTR_SIZE];
-    sqz_pack_ptr_encode(&p, b);
     sqz_pack_ptr q;
     char err[160];
-    CHECK_EQ_INT(sqz_pack_ptr_decode(b, sizeof b, &q, err, sizeof err), 0);
-    CHECK(q.pack_id == p.pack_id && q.off == p.off && q.length == p.length &&
-          q.stored_len == p.stored_len && q.crc == p.crc && q.kind == 1 &&
-          q.params.alg == SQZ_ALG_ZSTD && q.params.level == 1 &&
-          q.params.log2bs == 17);
-    /* every single-bit flip is caught */
-    for (size_t i = 0; i < sizeof b * 8; i++) {
-        b[i / 8] ^= (uint8_t)(1u << (i % 8));
-        CHECK_EQ_INT(sqz_pack_ptr_decode(b, sizeof b, &q, err, sizeof err), -EBADMSG);
-        b[i / 8] ^= (uint8_t)(1u << (i % 8));
+    /* version 1, and version 2 with the ctime shown */
+    for (int v2 = 0; v2 < 2; v2++) {
+        p.has_shown = v2;
+        p.shown_ns = v2 ? 1795836060339612343LL : 0;
+        p.shown_until = v2 ? 1795836061u : 0;
+        uint8_t b[SQZ_PACK_PTR_MAX];
+        size_t n = sqz_pack_ptr_encode(&p, b);
+        CHECK_EQ_INT((int)n, v2 ? (int)SQZ_PACK_PTR_MAX : (int)SQZ_PACK_PTR_SIZE);
+        CHECK_EQ_INT(sqz_pack_ptr_decode(b, n, &q, err, sizeof err), 0);
+        CHECK(q.pack_id == p.pack_id && q.off == p.off && q.length == p.length &&
+              q.stored_len == p.stored_len && q.crc == p.crc && q.kind == 1 &&
+              q.params.alg == SQZ_ALG_ZSTD && q.params.level == 1 &&
+              q.params.log2bs == 17 && q.has_shown == v2 &&
+              q.shown_ns == p.shown_ns && q.shown_until == p.shown_until);
+        /* every single-bit flip is caught */
+        for (size_t i = 0; i < n * 8; i++) {
+            b[i / 8] ^= (uint8_t)(1u << (i % 8));
+            CHECK_EQ_INT(sqz_pack_ptr_decode(b, n, &q, err, sizeof err), -EBADMSG);
+            b[i / 8] ^= (uint8_t)(1u << (i % 8));
+        }
+        CHECK_EQ_INT(sqz_pack_ptr_decode(b, n - 1, &q, err, sizeof err), -EBADMSG);
     }
-    CHECK_EQ_INT(sqz_pack_ptr_decode(b, sizeof b - 1, &q, err, sizeof err), -EBADMSG);
+    p.has_shown = 0;
     /* names */
     char name[SQZ_PACK_NAME_MAX];
     sqz_pack_name(0xfedcba9876543210ull, name);
@@ -201,10 +210,10 @@ static void test_load_path(const char *dir)
     CHECK_EQ_INT(sqz_pack_loadat(dfd, "small", &q, &buf, err, sizeof err), 0);
     REQUIRE(ftruncate(fd, 0) == 0);
     /* a damaged pointer */
-    uint8_t b[SQZ_PACK_PTR_SIZE];
-    sqz_pack_ptr_encode(&ptr, b);
+    uint8_t b[SQZ_PACK_PTR_MAX];
+    size_t bn = sqz_pack_ptr_encode(&ptr, b);
     b[20] ^= 1;
-    REQUIRE(fsetxattr(fd, SQZ_PACK_XATTR, b, sizeof b, 0) == 0);
+    REQUIRE(fsetxattr(fd, SQZ_PACK_XATTR, b, bn, 0) == 0);
     CHECK_EQ_INT(sqz_pack_loadat(dfd, "small", &q, &buf, err, sizeof err), -EBADMSG);
     CHECK(buf == NULL);
     /* no pointer: an empty file */
