@@ -77,7 +77,8 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
         } else {
             r = sqz_file_read(in->sf, buf, n, off);
         }
-        if (r == -EIO && !in->sf_rw) /* packed in place meanwhile? */
+        /* packed in place meanwhile (a local BACKING's writer)? */
+        if (r == -EIO && !in->sf_rw && fs->pack_in_place)
             r = sqz_content_read_packed_since(fs, in, sqz_file_length(in->sf),
                                               buf, n, off);
     } else if (in->kind == SQZ_K_PACKED && in->pbuf) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The backing version the kernel's cached pages show: for a read-only view
@@ -43,7 +44,33 @@ static void record_kc(struct sqz_inode *in, const struct sqz_bkey *vk)
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
+static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
+                     struct sqz_handle *h, int *keep_cache);
+
 int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
+                     struct sqz_handle *h, int *keep_cache)
+{
+    int rc = open_once(fs, in, flags, h, keep_cache);
+    /* A read-only mount beside a writer: the writer packs a small file in
+     * place (its container truncated to 0 bytes once the pointer is set),
+     * so an open that probed the container just before can find it gone:
+     * probed again, it is the packed file. (A shared BACKING's writer
+     * packs by exchanging a new file in: pack_job.c.) */
+    for (int i = 0; rc == -EIO && fs->opts.ro && fs->pack_in_place && i < 5; i++) {
+        struct stat st;
+        if (sqz_backing_stat(in, &st) != 0 || st.st_size != 0)
+            break;
+        sqz_content_invalidate(in);
+        if (i > 0) {
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        rc = open_once(fs, in, flags, h, keep_cache);
+    }
+    return rc;
+}
+
+static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
                      struct sqz_handle *h, int *keep_cache)
 {
     int acc = flags & O_ACCMODE;

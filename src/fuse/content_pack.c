@@ -102,6 +102,13 @@ ssize_t sqz_content_read_packed_since(struct sqz_fs *fs, struct sqz_inode *in,
     struct stat bst;
     if (sqz_backing_stat(in, &bst) != 0 || bst.st_size != 0)
         return -EIO;
+    /* the version this view holds: packing puts the container's mtime
+     * back, and every change of the content moves it (a file rewritten
+     * since, then packed, is another version: EIO as before) */
+    if (!in->sf || bst.st_ino != in->sf_key.ino ||
+        bst.st_mtim.tv_sec != in->sf_key.mtime.tv_sec ||
+        bst.st_mtim.tv_nsec != in->sf_key.mtime.tv_nsec)
+        return -EIO;
     sqz_pack_ptr p;
     void *all;
     int r = load(fs, in, &p, &all);

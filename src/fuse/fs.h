@@ -212,6 +212,9 @@ struct sqz_fs {
                                        an earlier mount wrote may count */
     atomic_int atime_mode;          /* ptimes.c: the mount's atime option, */
     _Atomic int64_t atime_seen_ns;  /* read from mountinfo then (0: never) */
+    int pack_in_place;          /* const: a local BACKING: packing keeps the
+                                   backing inode (pack_job.c), the backing
+                                   file gets the kernel's times (ptimes.c) */
     int prealloc_ok;            /* const: containers may write their log
                                    ahead (sqz_ctr_allow_prealloc): BACKING
                                    is local, with nanosecond times */

@@ -288,6 +288,10 @@ static int prepare_fs(struct sqz_fs *fs, const char *backing)
      * local file system with nanosecond times shows every write there; a
      * network one (GlusterFS, NFS: cached, coarse times) does not. */
     struct stat rst;
+    /* Packing in place truncates a container that read-only mounts of a
+     * shared BACKING may hold open and whose size and attributes their
+     * clients cache: there, packing exchanges a new file in (pack_job.c) */
+    fs->pack_in_place = sqz_backing_local(fs->root_dirfd);
     fs->prealloc_ok = sqz_backing_local(fs->root_dirfd) &&
                       fstat(fs->root_dirfd, &rst) == 0 &&
                       (rst.st_mtim.tv_nsec != 0 || rst.st_ctim.tv_nsec != 0);

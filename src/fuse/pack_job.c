@@ -28,6 +28,7 @@
  * packs, so the pack cache needs no lock. */
 #include "fuse/fs.h"
 #include "fuse/ptimes.h"
+#include "fuse/recompress_int.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
 #include "squeezefs/shown.h"
@@ -359,6 +360,80 @@ static struct open_pack *pack_for(struct sqz_fs *fs, struct sqz_inode *in,
     return op;
 }
 
+/* Step 3 on a shared or network BACKING (GlusterFS, NFS): a hidden
+ * temporary with the pointer is exchanged with the original, as before
+ * packing in place. Readers of other mounts, which may hold the container
+ * open and cache its size and attributes, keep reading the old inode
+ * whole; the file gets a new inode number there. io exclusive. */
+static int install_exchange_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
+{
+    struct sqz_inode *in = x->in;
+    SQZ_ASSERT_EXCL(&in->io);
+    struct stat bst;
+    int rc = sqz_backing_stat(in, &bst);
+    if (rc)
+        return rc;
+    struct sqz_bkey now;
+    sqz_bkey_of(&bst, &now);
+    if (sqz_content_handles_open(in) || in->sf || in->dctr ||
+        atomic_load(&in->wgen) != x->wgen || !sqz_bkey_eq(&now, &x->key) ||
+        bst.st_nlink != 1)
+        return -EBUSY; /* changed meanwhile: stays a container */
+    struct timespec shown = sqz_ptimes_shown(fs, in, &bst);
+    uint64_t tgen = sqz_ptimes_begin(in);
+    struct sqz_rc_temp t;
+    int tfd = sqz_rc_temp_create(fs, in, &bst, &t);
+    if (tfd < 0) {
+        sqz_rc_temp_discard(&t);
+        return tfd;
+    }
+    /* still in the directory whose pack holds the entry (a rename into
+     * another one unpacks under io, but may have come between the append
+     * and now) */
+    struct stat ds;
+    if (fstat(t.dirfd, &ds) != 0 || ds.st_dev != x->dir_dev ||
+        ds.st_ino != x->dir_ino) {
+        close(tfd);
+        sqz_rc_temp_discard(&t);
+        return -EBUSY;
+    }
+    rc = sqz_pack_ptr_set(tfd, &x->ptr);
+    if (rc == 0)
+        rc = sqz_rc_temp_meta_nosync(in, &bst, tfd);
+    /* the original, to see a chmod/chown/utimens that came (through the
+     * mount, which does not take io for them) after its metadata was
+     * copied */
+    int oldfd = fcntl(in->fd, F_DUPFD_CLOEXEC, 0);
+    if (rc == 0)
+        rc = sqz_rc_replace_locked(fs, in, &t, NULL, SQZ_RC_NEED_EXCHANGE);
+    if (rc == 0) {
+        atomic_store(&in->drafted, 0);
+        sqz_ptimes_keep(fs, in, tfd, &shown, tgen);
+    }
+    struct stat was;
+    if (rc == 0 && oldfd >= 0 && fstat(oldfd, &was) == 0 &&
+        (was.st_mode != bst.st_mode || was.st_uid != bst.st_uid ||
+         was.st_gid != bst.st_gid ||
+         was.st_mtim.tv_sec != bst.st_mtim.tv_sec ||
+         was.st_mtim.tv_nsec != bst.st_mtim.tv_nsec)) {
+        struct timespec tv[2] = {was.st_atim, was.st_mtim};
+        if (fchown(tfd, was.st_uid, was.st_gid) != 0 ||
+            fchmod(tfd, was.st_mode & 07777) != 0 || futimens(tfd, tv) != 0) {
+            char label[PATH_MAX];
+            sqz_inode_label(fs, in, label, sizeof(label));
+            sqz_logf(SQZ_LOG_WARN, "%s: packing: a change of owner, mode or times "
+                     "made meanwhile could not be carried over: %s", label,
+                     strerror(errno));
+        }
+    }
+    if (oldfd >= 0)
+        close(oldfd);
+    close(tfd);
+    sqz_rc_temp_discard(&t);
+    return rc;
+}
+
+
 /* Step 3 for one candidate, in place (the backing inode stays, so does the
  * inode number stat shows): the pointer is set on the container itself
  * (a pointer on a file with bytes counts for nothing), then the file is
@@ -489,7 +564,8 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
         if (!x->appended)
             continue;
         SQZ_WRLOCK(&x->in->io, SQZ_RANK_IO);
-        int rc = install_locked(fs, x);
+        int rc = fs->pack_in_place ? install_locked(fs, x)
+                                   : install_exchange_locked(fs, x);
         SQZ_RWUNLOCK(&x->in->io);
         if (rc == 0) {
             pk->packed++;

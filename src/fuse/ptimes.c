@@ -361,6 +361,16 @@ void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
     SQZ_RWUNLOCK(&in->io);
 }
 
+/* Does the backing file get the kernel's mtime and ctime (meta held)?
+ * Only on a local BACKING: read-only mounts of a shared one (GlusterFS,
+ * NFS) tell a file's versions apart by its size and times as their
+ * clients cache them, and a rewrite of the same size whose mtime was put
+ * back could look unchanged there. */
+static int kernel_times(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    return fs->opts.writeback && in->ktimes_set && fs->pack_in_place;
+}
+
 void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
 {
     SQZ_ASSERT_HELD(&in->io);
@@ -375,10 +385,10 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
     if (in->utimes_kept) {
         tv[0] = in->utimes[0];
         tv[1] = in->utimes[1];
-    } else if (fs->opts.writeback && in->ktimes_set) {
+    } else if (kernel_times(fs, in)) {
         tv[1] = in->kmtime;
     }
-    int keep = fs->opts.writeback && in->ktimes_set;
+    int keep = kernel_times(fs, in);
     struct timespec kc = in->kctime;
     int moved = (tv[0].tv_nsec != UTIME_OMIT && !ts_eq(&tv[0], &bst.st_atim)) ||
                 (tv[1].tv_nsec != UTIME_OMIT && !ts_eq(&tv[1], &bst.st_mtim));
