@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -18,7 +19,28 @@ int cli_src_open(const char *path, cli_src *s)
     return cli_src_openat(NULL, path, s);
 }
 
+static int src_open_once(const tree_at *at, const char *path, cli_src *s);
+
 int cli_src_openat(const tree_at *at, const char *path, cli_src *s)
+{
+    int r = src_open_once(at, path, s);
+    /* A mount's daemon still leaving (umount returns before it is done)
+     * packs a small file in place: the container this saw can be
+     * truncated under it; the file now 0 bytes is the packed file. */
+    for (int i = 0; (r == -EBADMSG || r == -EIO) && i < 3; i++) {
+        struct stat st;
+        int sr = at ? fstatat(at->dirfd, at->name, &st, AT_SYMLINK_NOFOLLOW)
+                    : stat(path, &st);
+        if (sr != 0 || !S_ISREG(st.st_mode) || st.st_size != 0)
+            break;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+        r = src_open_once(at, path, s);
+    }
+    return r;
+}
+
+static int src_open_once(const tree_at *at, const char *path, cli_src *s)
 {
     memset(s, 0, sizeof *s);
     s->fd = -1;
