@@ -16,16 +16,19 @@
  *      one past SQZ_PACK_MAX_SIZE), and every pack written to is
  *      fdatasync'ed;
  *   3. under the file's io lock again, if nothing changed it meanwhile (no
- *      open, no write, same backing version): a hidden temporary gets the
- *      original's owner, mode, user xattrs and times plus the pointer, and
- *      is renamed over the original; the inode swaps over to it
- *      (replace.c).
+ *      open, no write, same backing version, still in that directory): on
+ *      a local BACKING the pointer is set on the container itself and the
+ *      file truncated to 0 bytes (in place: the inode stays); on a shared
+ *      one (GlusterFS, NFS) a hidden temporary gets the original's owner,
+ *      mode, user xattrs and times plus the pointer and is exchanged with
+ *      the original, the inode swapping over to it (replace.c).
  *
- * A crash before the rename leaves the container; after it, the packed
- * file, whose entry was durable before the pointer existed. Readers of
- * other mounts that hold the old container open keep reading it (the
- * rename leaves that inode whole). Only the durable thread appends to
- * packs, so the pack cache needs no lock. */
+ * A crash before the truncation (or the exchange) leaves the container;
+ * after it, the packed file, whose entry was durable before the pointer
+ * existed. On a shared BACKING, readers of other mounts that hold the old
+ * container open keep reading it (the exchange leaves that inode whole).
+ * Only the durable thread appends to packs, so the pack cache needs no
+ * lock. */
 #include "fuse/fs.h"
 #include "fuse/ptimes.h"
 #include "fuse/recompress_int.h"
@@ -360,6 +363,26 @@ static struct open_pack *pack_for(struct sqz_fs *fs, struct sqz_inode *in,
     return op;
 }
 
+/* Step 3's first check (io exclusive): the file is still the closed
+ * container read at step 1, with one link, nobody holding it; *bst its
+ * backing stat. 0, -EBUSY (changed meanwhile: stays a container) or
+ * -errno. */
+static int still_candidate_locked(struct sqz_pack_cand *x, struct stat *bst)
+{
+    struct sqz_inode *in = x->in;
+    SQZ_ASSERT_EXCL(&in->io);
+    int rc = sqz_backing_stat(in, bst);
+    if (rc)
+        return rc;
+    struct sqz_bkey now;
+    sqz_bkey_of(bst, &now);
+    if (sqz_content_handles_open(in) || in->sf || in->dctr ||
+        atomic_load(&in->wgen) != x->wgen || !sqz_bkey_eq(&now, &x->key) ||
+        bst->st_nlink != 1)
+        return -EBUSY;
+    return 0;
+}
+
 /* Step 3 on a shared or network BACKING (GlusterFS, NFS): a hidden
  * temporary with the pointer is exchanged with the original, as before
  * packing in place. Readers of other mounts, which may hold the container
@@ -370,15 +393,9 @@ static int install_exchange_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
     struct sqz_inode *in = x->in;
     SQZ_ASSERT_EXCL(&in->io);
     struct stat bst;
-    int rc = sqz_backing_stat(in, &bst);
+    int rc = still_candidate_locked(x, &bst);
     if (rc)
         return rc;
-    struct sqz_bkey now;
-    sqz_bkey_of(&bst, &now);
-    if (sqz_content_handles_open(in) || in->sf || in->dctr ||
-        atomic_load(&in->wgen) != x->wgen || !sqz_bkey_eq(&now, &x->key) ||
-        bst.st_nlink != 1)
-        return -EBUSY; /* changed meanwhile: stays a container */
     struct timespec shown = sqz_ptimes_shown(fs, in, &bst);
     uint64_t tgen = sqz_ptimes_begin(in);
     struct sqz_rc_temp t;
@@ -437,26 +454,19 @@ static int install_exchange_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
 /* Step 3 for one candidate, in place (the backing inode stays, so does the
  * inode number stat shows): the pointer is set on the container itself
  * (a pointer on a file with bytes counts for nothing), then the file is
- * truncated to 0 bytes, the one step that makes it packed; its atime and
- * mtime are put back and the ctime it showed is kept (ptimes.c). io
- * exclusive. */
+ * truncated to 0 bytes, the one step that makes it packed; its mtime is
+ * put back (the atime is untouched) and the ctime it showed is kept
+ * (ptimes.c). io exclusive. */
 static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
 {
     struct sqz_inode *in = x->in;
     SQZ_ASSERT_EXCL(&in->io);
     struct stat bst;
-    int rc = sqz_backing_stat(in, &bst);
+    int rc = still_candidate_locked(x, &bst);
     if (rc)
         return rc;
-    struct sqz_bkey now;
-    sqz_bkey_of(&bst, &now);
-    /* (a rename into another directory or a link through the mount takes
-     * io and bumps wgen: the file is still in the directory whose pack
-     * holds its entry, with one name) */
-    if (sqz_content_handles_open(in) || in->sf || in->dctr ||
-        atomic_load(&in->wgen) != x->wgen || !sqz_bkey_eq(&now, &x->key) ||
-        bst.st_nlink != 1)
-        return -EBUSY; /* changed meanwhile: stays a container */
+    /* (a rename into another directory and a link through the mount take
+     * io: checked below and above, they cannot come until it is done) */
     /* still named in the directory whose pack holds the entry */
     int dfd = sqz_inode_dirfd(fs, in, NULL, 0);
     if (dfd < 0)
