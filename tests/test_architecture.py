@@ -79,7 +79,7 @@ def test_checker_reads_object_files(tmp_path):
 
 # Confinement (issue 31, CONTRIBUTING.md "Confinement"): the daemon's
 # backing accesses are relative to a descriptor. A syscall that takes a
-# path may take, in src/fuse and src/format, only the magic link of the
+# path may take, in the daemon's folders and src/format, only the magic link of the
 # daemon's own descriptor ("/proc/self/fd/N", built by sqz_proc_path into
 # a variable named pp, or resolve.c's proc), or a path in the files listed
 # here, for the reason given.
@@ -90,19 +90,21 @@ PATH_CALLS = ("open", "opendir", "fopen", "stat", "lstat", "truncate", "chmod",
 AT_CALLS = ("utimensat", "fchmodat", "fchownat", "linkat", "openat", "fstatat",
             "renameat", "renameat2", "unlinkat", "mkdirat", "symlinkat",
             "mknodat", "readlinkat")  # with AT_FDCWD: a path
+DAEMON_DIRS = tuple(f"src/{d}" for d in ("daemon", "node", "store", "pack",
+                                        "content", "jobs", "fuse", "mount"))
 PATH_ALLOWED = {  # file: (the path arguments allowed there, or None: any; why)
-    "src/fuse/mount.c": (None, "BACKING, the mount point: the command line"),
-    "src/fuse/shutdown.c": (None, "/sys/fs/fuse/connections, the mount point"),
-    "src/fuse/readahead.c": (None, "/proc and /sys files of the mount's bdi"),
+    "src/mount/mount.c": (None, "BACKING, the mount point: the command line"),
+    "src/mount/shutdown.c": (None, "/sys/fs/fuse/connections, the mount point"),
+    "src/daemon/mountinfo.c": (None, "/proc/self/mountinfo, /sys files of the mount's bdi, the mount point (mount flags)"),
     "src/fuse/killpriv.c": (None, "/proc/PID/status and /proc/PID/ns/user "
                             "of the caller (CAP_FSETID)"),
-    "src/fuse/remount.c": ({"mnt"}, "the mount point named on the command line "
+    "src/mount/remount.c": ({"mnt"}, "the mount point named on the command line "
                            "(remount runs in the command, not the daemon)"),
-    "src/fuse/revalidate.c": (None, "/proc/self/mountinfo"),
+    "src/jobs/revalidate.c": (None, "/proc/self/mountinfo"),
     "src/policy/rules.c": (None, "the rule file named by policy="),
     "src/format/container.c": ({"path"}, "sqz_ctr_*_path, for the offline tools"),
     "src/format/pack.c": ({"path"}, "sqz_pack_ptr_get_follow: a magic link only"),
-    "src/fuse/replace.c": ({"src"}, "copy_xattrs(src): called with pp"),
+    "src/store/replace.c": ({"src"}, "copy_xattrs(src): called with pp"),
 }
 
 
@@ -112,7 +114,7 @@ def test_daemon_syscalls_take_no_backing_path():
                       r")\(|(?:" + "|".join(AT_CALLS) +
                       r")\(\s*AT_FDCWD\s*,)\s*([^,)]*)")
     bad = []
-    for layer in ("src/fuse", "src/format", "src/policy"):
+    for layer in DAEMON_DIRS + ("src/format", "src/policy"):
         for name in sorted(os.listdir(os.path.join(ROOT, layer))):
             rel = f"{layer}/{name}"
             if not name.endswith(".c"):
@@ -146,4 +148,4 @@ def test_readlinked_paths_are_labels_only():
             assert "sqz_inode_abspath" not in text, rel
             if re.search(r"\bsqz_fd_path\(", text) and not rel.endswith("fdpath.h"):
                 users.add(rel)
-    assert users == {"src/fuse/inode.c", "src/format/log.c"}, users
+    assert users == {"src/node/inode.c", "src/format/log.c"}, users

@@ -34,7 +34,7 @@ HDR_REGION = 4096
 REC_MAGIC = 0x52435153
 DATA, COMMIT, CHECKPOINT = 1, 2, 3
 ANCHOR_OFF = (512, 1024)
-# the daemon's durability interval (src/fuse/durable.c) plus slack
+# the daemon's durability interval (src/content/durable.c) plus slack
 DURABLE_WAIT = 3.5
 
 FIRST = 9 << 20           # written, then fsync'ed: a checkpoint

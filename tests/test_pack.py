@@ -2,7 +2,7 @@
 
 A regular file written through a read-write mount and closed, of
 1..131072 bytes and at most one block of its policy, with one link, is stored packed
-by the durable thread's next batch (about 2 s, src/fuse/durable.c) or at
+by the durable thread's next batch (about 2 s, src/content/durable.c) or at
 unmount: its backing file becomes a 0-byte file carrying the pointer xattr
 user.squeezefs.packed (48 bytes), its stored bytes an entry of a hidden
 pack `.sqz-tmp.pack.<16 hex>` in the same backing directory
@@ -545,7 +545,7 @@ def test_unmount_packs_what_is_pending(mount_factory):
 
 def test_reading_packed_files_needs_no_read_request(mount_factory):
     """A read-only open of a packed file pushes its whole content into the
-    kernel (src/fuse/push.c, sqz_push_packed) and keeps it: the reads that
+    kernel (src/node/push.c, sqz_push_packed) and keeps it: the reads that
     follow reach the daemon not at all. The pushed content is never stale:
     a reader's open handle sees a later write through another handle, and
     opens after a write, truncate or O_TRUNC see the new content."""
@@ -705,7 +705,7 @@ def test_times_set_before_the_close_keep_the_draft(mount_factory):
 def test_new_small_file_is_a_draft_until_packed(mount_factory):
     """A small file created and closed without an fsync is stored as a
     draft (zstd's fastest mode, about its own size: a `cp -r` does not
-    wait for compression, src/fuse/content_io.c) and compressed when it
+    wait for compression, src/content/content_io.c) and compressed when it
     is packed. A reader that holds it open when packing comes (after its
     durable mark, during a stream of closes) delays that until its close:
     the draft is tried again, so none stays. A file fsync'ed before its
@@ -769,7 +769,7 @@ def test_new_small_file_is_a_draft_until_packed(mount_factory):
 
 class LimitedMount(Mount):
     """A daemon under an open-file limit of 10,000: it keeps at most 5,000
-    notes of files to pack (half the limit, src/fuse/mount.c)."""
+    notes of files to pack (half the limit, src/mount/mount.c)."""
     LIMIT = 10000
 
     def cmd(self):

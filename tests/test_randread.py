@@ -1,7 +1,7 @@
 """Random reads with blocks pushed into the kernel's page cache (issue 13).
 
 A read that uses a block in part pushes the whole decompressed block into
-the kernel (fuse_lowlevel_notify_store, src/fuse/push.c). These tests check
+the kernel (fuse_lowlevel_notify_store, src/node/push.c). These tests check
 that the neighbours of a random read are then served without requests, and
 that pushed pages are never stale: random readers (other processes) race a
 writer process that writes, truncates, appends and recompresses the same

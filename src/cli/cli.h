@@ -89,7 +89,7 @@ void progress_set_total(cli_progress *p, uint64_t total);
 void progress_finish(cli_progress *p);
 
 /* squeezefs' own hidden files in a BACKING directory (recompress
- * temporaries, the writer lock; src/fuse/fs.h SQZ_TMP_PREFIX): the mount
+ * temporaries, the writer lock; src/daemon/fs.h SQZ_TMP_PREFIX): the mount
  * never shows them, so the tree commands skip them too. path: a file's
  * path; 1 if its base name has the prefix. */
 #define CLI_TMP_PREFIX ".sqz-tmp."
@@ -166,10 +166,10 @@ const json_field *json_flat_get(const json_flat *o, const char *key);
 #define SQZ_XATTR_STATS "user.squeezefs.stats"
 #define SQZ_XATTR_EFFECTIVE "user.squeezefs.effective"
 #define SQZ_XATTR_RECOMPRESS "user.squeezefs.recompress"
-/* tiering (src/fuse/tier_job.c): get = the file's tier status as JSON,
+/* tiering (src/jobs/tier_job.c): get = the file's tier status as JSON,
  * set = tier it now */
 #define SQZ_XATTR_TIER "user.squeezefs.tier"
-/* src/fuse/fs.h: tier the open file now (argument: bytes/s, uint64_t) */
+/* src/daemon/fs.h: tier the open file now (argument: bytes/s, uint64_t) */
 #define SQZ_IOC_TIER _IOW('Q', 0x16, uint64_t)
 /* 1 if path is inside a squeezefs mount (FUSE and the daemon answers the
  * virtual xattrs), 0 if not. */

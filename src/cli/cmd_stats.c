@@ -25,7 +25,7 @@ static double num(const json_flat *o, const char *key)
     return f && f->kind == JSON_NUM ? f->num : 0;
 }
 
-/* tiering since the mount (src/fuse/tier.c) */
+/* tiering since the mount (src/jobs/tier.c) */
 static const char *const tier_keys[] = {
     "tier_files", "tier_bytes_before", "tier_bytes_after", "tier_logical_bytes",
     "tier_skipped", "tier_abandoned", "tier_failed", "tier_passes",

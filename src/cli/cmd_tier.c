@@ -3,7 +3,7 @@
  * says is due (xattr user.squeezefs.tier: past the AGE of its policy's
  * after clause and stored otherwise than its aged policy), the daemon
  * rewrites it under the aged policy, online and crash-safely (ioctl
- * SQZ_IOC_TIER on a read-only descriptor; src/fuse/tier_job.c). --dry-run only lists what
+ * SQZ_IOC_TIER on a read-only descriptor; src/jobs/tier_job.c). --dry-run only lists what
  * would change, with a saving estimated by compressing a sample of each
  * file with its aged policy here. */
 #include <errno.h>

@@ -171,7 +171,7 @@ static int verify_packed(verify_ctx *x, const tree_at *at, const char *path, int
 
 /* 1 if base is SQZ_TMP_PREFIX + 16 hex digits and the file 0 bytes or a
  * container (or its start): a temporary of the daemon's recompress,
- * tiering or packing (src/fuse/replace.c, leftover.c). */
+ * tiering or packing (src/store/replace.c, leftover.c). */
 static int daemon_temp(const tree_at *at, const char *base, const struct stat *st)
 {
     size_t pl = sizeof CLI_TMP_PREFIX - 1;

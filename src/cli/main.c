@@ -5,7 +5,7 @@
 #include <sys/stat.h>
 
 #include "cli.h"
-#include "fuse/fuse_main.h"
+#include "mount/mount.h"
 
 typedef struct command {
     const char *name;

@@ -29,7 +29,7 @@
 
 /* Ranks, lowest first (docs/LOCKING.md has the table). */
 enum sqz_lock_rank {
-    /* src/fuse */
+    /* the daemon (src/daemon .. src/mount) */
     SQZ_RANK_READAHEAD = 10,  /* sqz_fs.readahead_mu */
     SQZ_RANK_DIRHANDLE = 20,  /* sqz_dirhandle.lock */
     SQZ_RANK_IO = 30,         /* sqz_inode.io (rwlock) */

@@ -29,7 +29,7 @@
 #define SQZ_ENGINE_CACHE_OFF ((size_t)-1)
 
 /* The defaults of sqz_engine_opts (a 0 field selects them); the mount
- * daemon (src/fuse) uses these too, so they are defined only here. */
+ * daemon (src/daemon .. src/mount) uses these too, so they are defined only here. */
 #define SQZ_ENGINE_CACHE_DEFAULT ((size_t)256 << 20)      /* 256 MiB */
 #define SQZ_ENGINE_DIRTY_FILE_DEFAULT ((size_t)8 << 20)   /* 8 MiB */
 #define SQZ_ENGINE_DIRTY_MAX_DEFAULT ((size_t)256 << 20)  /* 256 MiB */

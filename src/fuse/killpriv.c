@@ -28,7 +28,9 @@
  * CREATE of a name that already exists (a race; op_create then opens it)
  * with O_TRUNC: op_create asks sqz_killpriv_create_trunc (the kernel's
  * flag for it is not passed on by libfuse 3.14). */
-#include "fuse/fs.h"
+#include "fuse/killpriv.h"
+#include "daemon/fs.h"
+#include "node/inode.h"
 
 #include <errno.h>
 #include <fcntl.h>

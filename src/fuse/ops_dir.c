@@ -1,9 +1,20 @@
 /* Directory handles: opendir, readdir, readdirplus, releasedir, fsyncdir.
  * Hidden names (SQZ_TMP_PREFIX) are never listed; a temporary a crash left
  * is removed when met (leftover.c). */
-#include "fuse/fs.h"
-#include "fuse/leftover.h"
+#include "daemon/fs.h"
+#include "node/inode.h"
+#include "node/kind.h"
+#include "store/leftover.h"
+#include "fuse/ops.h"
 #include "common/lockorder.h"
+
+/* One open directory handle. */
+struct sqz_dirhandle {
+    pthread_mutex_t lock; /* protects dp/entry/offset */
+    DIR *dp;
+    struct dirent *entry; /* entry read but not yet returned */
+    off_t offset;
+};
 
 #include <dirent.h>
 #include <errno.h>

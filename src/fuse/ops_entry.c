@@ -3,9 +3,15 @@
  * access. Every path operation is *at() relative to an inode's O_PATH fd
  * with a single, checked name component; symlinks in BACKING are never
  * followed. */
-#include "fuse/fs.h"
-#include "fuse/ptimes.h"
-#include "fuse/leftover.h"
+#include "daemon/fs.h"
+#include "node/inode.h"
+#include "node/kind.h"
+#include "node/ptimes.h"
+#include "store/leftover.h"
+#include "pack/packing.h"
+#include "content/content.h"
+#include "content/newfile_policy.h"
+#include "fuse/ops.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
 

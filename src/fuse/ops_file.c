@@ -1,10 +1,17 @@
 /* File operations: create, open, read, write, flush, release, fsync,
  * fallocate. The data path lives in content_*.c; this file adapts FUSE
  * requests to it. */
-#include "fuse/fs.h"
-#include "fuse/ptimes.h"
+#include "daemon/fs.h"
+#include "daemon/mountinfo.h"
+#include "node/inode.h"
+#include "node/kind.h"
+#include "node/push.h"
+#include "node/ptimes.h"
+#include "content/content.h"
+#include "content/newfile_policy.h"
+#include "fuse/ops.h"
+#include "fuse/killpriv.h"
 #include "common/lockorder.h"
-#include "fuse/readahead.h"
 
 #include <errno.h>
 #include <fcntl.h>

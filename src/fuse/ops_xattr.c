@@ -12,8 +12,17 @@
  *  - user.squeezefs.policy is real but validated, owner or root only.
  * And the ioctl SQZ_IOC_TIER: user.squeezefs.tier's "tier it now" on an
  * open descriptor. */
-#include "fuse/fs.h"
-#include "fuse/ptimes.h"
+#include "daemon/fs.h"
+#include "daemon/opts.h"
+#include "node/inode.h"
+#include "node/ptimes.h"
+#include "pack/packing.h"
+#include "content/content.h"
+#include "content/newfile_policy.h"
+#include "jobs/recompress.h"
+#include "jobs/tier.h"
+#include "fuse/ops.h"
+#include "fuse/killpriv.h"
 #include "squeezefs/shown.h"
 #include "squeezefs/pack.h"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuse/opts.h"
+#include "daemon/opts.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n);
 

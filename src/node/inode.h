@@ -1,0 +1,236 @@
+/* The inode table: one struct sqz_inode per backing object the kernel
+ * knows (inode.c), what identifies a backing file's version (struct
+ * sqz_bkey), the container a lookup keeps for the next open (the stash).
+ * Internal header.
+ *
+ * Locks: sqz_inode.io, sqz_fs.itable_lock, sqz_inode.meta, push_mu:
+ * docs/LOCKING.md. The fields of struct sqz_inode are grouped by the lock
+ * that protects them; "const" ones are set before the inode is published.
+ * sqz_inode.fd's *number* is constant for the inode's life. */
+#ifndef SQZ_NODE_INODE_H
+#define SQZ_NODE_INODE_H
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "daemon/fs.h"
+#include "squeezefs/container.h"
+
+enum sqz_kind {
+    SQZ_K_UNKNOWN = 0, /* not probed (or probe result stale) */
+    SQZ_K_PLAIN,       /* pre-existing non-container file: passthrough */
+    SQZ_K_CONTAINER,   /* squeezefs container */
+    SQZ_K_DAMAGED,     /* looks like a container but cannot be opened */
+    SQZ_K_PENDING,     /* auto policy: 0-byte backing file, container created
+                          at the first write (open handles only) */
+    SQZ_K_PACKED,      /* 0-byte backing file with a pack pointer: read-only
+                          (content_pack.c); a writer unpacks it first */
+};
+
+/* What identifies a backing file's content version (for caches). */
+struct sqz_bkey {
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+};
+
+struct sqz_inode {
+    /* itable_lock */
+    struct sqz_inode *next;
+    dev_t dev;
+    ino_t ino;
+    uint64_t nlookup;
+    uint64_t nopen;      /* open handles referencing this inode */
+    /* const */
+    int fd;              /* O_PATH|O_NOFOLLOW fd of the backing object */
+    mode_t type;         /* S_IFMT bits */
+    int is_root;
+    /* io */
+    pthread_rwlock_t io;
+    enum sqz_kind kind;  /* meaningful while sf_users or plain_users > 0 */
+    sqz_file *sf;        /* shared engine file (CONTAINER) */
+    int sf_rw;           /* sf's container is open read-write */
+    struct sqz_bkey sf_key; /* backing version a read-only sf was opened at */
+    unsigned sf_users;   /* handles using sf / PENDING */
+    unsigned plain_users;/* handles holding their own plain fd */
+    sqz_params pending;  /* PENDING: block size, min_saving, auto mode */
+    sqz_ctr *dctr;       /* closed, committed, waiting for its durable mark
+                            (durable.c); a reopen takes it back */
+    uint64_t dgen;       /* bumped whenever dctr is set */
+    int dq_queued;       /* in the durable queue (holds an open ref) */
+    unsigned writers;    /* open handles that may write (tiering skips) */
+    int pack_noted;      /* waiting in the packer's notes (pack_job.c;
+                            set and cleared by the durable thread) */
+    atomic_int drafted;  /* a close stored it as a draft (content_io.c):
+                            packing tries it again while it is open */
+    atomic_int ptr_dropped; /* a pack pointer was removed (O_TRUNC,
+                               truncate to 0): the next fsync makes that
+                               durable (content_io.c) */
+    void *pbuf;          /* PACKED with handles open: the content */
+    uint64_t pbuf_len;
+    int create_fd;       /* read-write fd of a file this mount just created,
+                            for its container (make_container); -1 */
+    /* atomic */
+    atomic_uint_fast64_t wgen; /* bumped by every change of the content
+                                  through the mount and every open for
+                                  writing: tiering abandons a copy made
+                                  while it moved (tier_job.c) */
+    /* meta */
+    pthread_mutex_t meta;
+    int probe_valid;
+    struct sqz_bkey probe_key;
+    enum sqz_kind probe_kind;
+    uint64_t probe_len;  /* logical length (CONTAINER, PACKED) */
+    uint32_t probe_stored; /* PACKED: stored bytes (st_blocks) */
+    sqz_ctr *stash;      /* the read-only container the last probe opened,
+                            kept for the open that usually follows a
+                            lookup (inode.c); NULL if none */
+    struct sqz_bkey stash_key; /* backing version stash was opened at */
+    atomic_int kc_direct; /* written with direct I/O: no keep_cache
+                             (ops_file.c, content_open.c) */
+    int kc_valid;        /* keep_cache: key recorded at last open/release */
+    struct sqz_bkey kc_key;
+    int wtime_set;       /* time of the newest uncommitted write */
+    struct timespec wtime;
+    int utimes_kept;     /* times set by the user after the last write: */
+    struct timespec utimes[2]; /* re-applied after container writes that
+                                  are not user data (sync mark, checkpoint) */
+    struct sqz_dirpol *dirpol; /* directory: its policy chain for new files
+                                  (newfile_policy.c); NULL if none cached */
+    /* ptimes.c, the times shown: atomic tgen, shown_until_ns; meta the
+     * record's cache (shown_*) and the kernel's times (k*) */
+    atomic_uint_fast64_t tgen;  /* bumped before a user's change */
+    _Atomic int64_t shown_until_ns; /* a record this mount wrote counts
+                                       until then (0: none) */
+    int shown_valid, shown_has, ktimes_set;
+    struct timespec shown_key, shown_ctime, shown_until, kmtime, kctime;
+    /* push_mu (push.c): blocks pushed into the kernel's page cache */
+    pthread_mutex_t push_mu;
+    pthread_cond_t push_cv;  /* push_busy dropped to 0 */
+    uint64_t push_gen;       /* bumped when a content change starts/ends */
+    unsigned push_block;     /* writable handles + truncates in progress */
+    unsigned push_busy;      /* pushes in flight */
+};
+
+
+int sqz_itable_init(struct sqz_fs *fs);
+/* Frees every inode (closes their sf first; returns the first error). */
+int sqz_itable_free(struct sqz_fs *fs);
+struct sqz_inode *sqz_inode_of(struct sqz_fs *fs, fuse_ino_t ino);
+fuse_ino_t sqz_nodeid(struct sqz_fs *fs, struct sqz_inode *in);
+/* Look name up in parent (O_PATH|O_NOFOLLOW), insert or find the inode,
+ * count a lookup; *st receives the backing stat. 0 or -errno. */
+int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
+                     const char *name, struct stat *st,
+                     struct sqz_inode **out);
+/* The same below a backing directory fd (the tier pass walks BACKING
+ * itself); the lookup counted is the caller's to forget. */
+int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
+                        struct stat *st, struct sqz_inode **out);
+void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n);
+void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in);
+void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
+/* The inode of backing object (dev, ino) if the table has it, with an
+ * open reference (sqz_inode_open_unref), else NULL. */
+struct sqz_inode *sqz_inode_find_ref(struct sqz_fs *fs, dev_t dev, ino_t ino);
+/* After the backing object was renamed over (recompress, packing): make
+ * in->fd a copy of npfd, the new object's O_PATH fd, and key the inode by
+ * (dev, ino), in one critical section of the table. Caller holds io
+ * exclusive. 0 or -errno (nothing changed). */
+int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
+                   dev_t dev, ino_t ino);
+/* Call fn on every inode of the table, with no lock held: the inodes are
+ * collected under itable_lock, each kept alive by an open reference, and
+ * fn runs after the lock is released (so fn may take io and everything
+ * ranked after it). 0, or -ENOMEM (fn was not called). */
+int sqz_itable_foreach(struct sqz_fs *fs,
+                       void (*fn)(struct sqz_fs *, struct sqz_inode *, void *),
+                       void *user);
+/* "/proc/self/fd/N": the magic link of the daemon's own descriptor fd,
+ * which resolves to fd's inode itself (a symlink's too, not its target):
+ * the one path form a syscall on a backing object may take besides a
+ * single name below a directory descriptor (CONTRIBUTING.md,
+ * "Confinement"). */
+void sqz_proc_path(int fd, char *buf, size_t n);
+/* Path of the inode relative to BACKING ("" for the root), as read from
+ * /proc/self/fd: for log labels and policy resolving (rule matching, and
+ * its walk beneath BACKING that follows no symlink) only, and for
+ * sqz_inode_dirfd; never for a syscall that could follow a symlink. */
+int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                      size_t n);
+/* The backing directory that holds in (O_RDONLY | O_DIRECTORY), opened
+ * beneath BACKING with no symlink in any component, and checked to hold
+ * in under its name (copied to base, bn bytes, if base is not NULL). An fd,
+ * -EBUSY (moved while we looked, three times), -ENOENT (the root, or not
+ * below BACKING) or -errno. */
+int sqz_inode_dirfd(struct sqz_fs *fs, struct sqz_inode *in, char *base,
+                    size_t bn);
+/* Names never accepted from the kernel: "", ".", "..", with '/', and our
+ * temporary prefix. */
+int sqz_name_ok(const char *name);
+int sqz_name_hidden(const char *name);
+/* 0 if name may be used, else the errno to reply: EINVAL for a name never
+ * accepted, hidden_errno for our temporary names (ENOENT where the name
+ * must exist, EPERM where it would be created). */
+int sqz_name_errno(const char *name, int hidden_errno);
+/* Raw backing stat. */
+int sqz_backing_stat(struct sqz_inode *in, struct stat *st);
+/* Open the backing file of a regular inode for I/O ("/proc/self/fd"),
+ * always with O_NOATIME (dropped where it is not allowed, EPERM: not the
+ * file's owner, no CAP_FOWNER): the atime shown is the one the user's
+ * opens set (ptimes.c), never moved by the daemon's own reads. */
+int sqz_inode_reopen(struct sqz_inode *in, int flags);
+/* Label for log lines: the path inside the mount, else "(inode N)". */
+void sqz_inode_label(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                     size_t n);
+/* Set the new object's owner to the caller's uid/gid (setgid dirs keep
+ * the parent's group). Used by create/mkdir/mknod/symlink. parent_st: the
+ * parent's backing stat, or NULL to take it only if it is needed. */
+int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, struct sqz_inode *parent,
+                  const char *name, const struct stat *parent_st);
+
+/* What identifies a backing file's version (inode.c). */
+void sqz_bkey_of(const struct stat *st, struct sqz_bkey *k);
+int sqz_bkey_eq(const struct sqz_bkey *a, const struct sqz_bkey *b);
+/* The container a probe opened (read-only), kept for the next
+ * open. put: the probe hands it over (closed if too many are kept); take:
+ * the caller owns it, and *key is its version, if the backing file is
+ * still at that version (else NULL); drop: close it (a writable open, a
+ * rekey, the inode's teardown). */
+void sqz_inode_stash_put(struct sqz_inode *in, sqz_ctr *c,
+                           const struct sqz_bkey *key);
+sqz_ctr *sqz_inode_stash_take(struct sqz_inode *in, struct sqz_bkey *key);
+void sqz_inode_stash_drop(struct sqz_inode *in);
+uint64_t sqz_inode_stash_hits(void); /* opens that took one (stats) */
+size_t sqz_inode_count(struct sqz_fs *fs); /* inodes in the table now */
+
+/* Append in to a growable array of inodes (*n used of *cap; the first
+ * allocation holds `first`). 0, or -ENOMEM with nothing changed. */
+static inline int sqz_inodes_push(struct sqz_inode ***v, size_t *n, size_t *cap,
+                                  size_t first, struct sqz_inode *in)
+{
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : first;
+        struct sqz_inode **nv = realloc(*v, nc * sizeof(**v));
+        if (!nv)
+            return -ENOMEM;
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = in;
+    return 0;
+}
+
+/* The content of in changed or may change (a write, an open for writing). */
+static inline void sqz_inode_changed(struct sqz_inode *in)
+{
+    atomic_fetch_add_explicit(&in->wgen, 1, memory_order_acq_rel);
+}
+
+#endif

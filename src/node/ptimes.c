@@ -1,0 +1,538 @@
+/* The ctime shown through the mount when the daemon's own work moved a
+ * backing object's ctime (docs/FORMAT.md "Shown times").
+ *
+ * Durable marks and packing write to a closed file, and put its atime and
+ * mtime back; nothing can put a ctime back. So after such work the ctime
+ * the object showed before is kept in user.squeezefs.shown with a bound
+ * `until`: it counts while the backing ctime is at most `until`, which is
+ * set just past the daemon's own last step. Any later change moves the
+ * backing ctime past it, and a change through the mount that comes while
+ * a kept ctime could still count removes the record first
+ * (sqz_ptimes_user): the inode's tgen is bumped before that change, and
+ * the background side checks tgen after writing the record, so one of the
+ * two always sees the other. Locks: the record's cache is under meta. */
+#include "node/ptimes.h"
+#include "daemon/fs.h"
+#include "daemon/mountinfo.h"
+#include "node/inode.h"
+#include "common/lockorder.h"
+#include "squeezefs/pack.h"
+#include "squeezefs/shown.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/xattr.h>
+
+/* A kept ctime counts until this long after the clock was read before
+ * writing it (its own step stamps the backing ctime inside that time). */
+#define SHOWN_BOUND_NS 200000000LL
+/* Timestamps come from a coarse clock that may lag the clock read here. */
+#define SHOWN_MARGIN_NS 50000000LL
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static int ts_eq(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+static int kept_kind(const struct stat *st)
+{
+    return S_ISREG(st->st_mode) || S_ISDIR(st->st_mode);
+}
+
+/* A packed file's record is in its pointer (version 2): a second xattr
+ * would not fit in an ext4 inode beside it (a 4 KiB block per file). */
+static void shown_of_ptr(const sqz_pack_ptr *p, sqz_shown *s)
+{
+    s->ctime.tv_sec = (time_t)(p->shown_ns / 1000000000LL);
+    s->ctime.tv_nsec = (long)(p->shown_ns % 1000000000LL);
+    s->until.tv_sec = (time_t)p->shown_until;
+    s->until.tv_nsec = 0;
+}
+
+/* The pointer of a 0-byte regular file behind fd (or in's own when fd <
+ * 0): 1 (*p filled), 0 none, <0 error. */
+static int ptr_of(int fd, struct sqz_inode *in, sqz_pack_ptr *p)
+{
+    if (fd >= 0)
+        return sqz_pack_ptr_fget(fd, p, NULL, 0);
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    return sqz_pack_ptr_get_follow(pp, p, NULL, 0);
+}
+
+/* The record of in (bst its backing stat) as read now: 1 (s filled), 0
+ * none or not usable. */
+static int read_record(struct sqz_inode *in, const struct stat *bst,
+                       sqz_shown *s)
+{
+    sqz_pack_ptr p;
+    if (S_ISREG(bst->st_mode) && bst->st_size == 0 && ptr_of(-1, in, &p) == 1) {
+        if (!p.has_shown)
+            return 0;
+        shown_of_ptr(&p, s);
+        return 1;
+    }
+    char pp[64];
+    uint8_t b[SQZ_SHOWN_SIZE + 1];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    ssize_t n = getxattr(pp, SQZ_SHOWN_XATTR, b, sizeof(b));
+    return n > 0 && sqz_shown_decode(b, (size_t)n, s) == 0;
+}
+
+void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
+                      struct stat *st)
+{
+    (void)fs;
+    if (!kept_kind(st))
+        return;
+    sqz_shown s;
+    int has;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    int cached = in->shown_valid && ts_eq(&in->shown_key, &st->st_ctim);
+    if (cached) {
+        has = in->shown_has;
+        s.ctime = in->shown_ctime;
+        s.until = in->shown_until;
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    if (!cached) {
+        has = read_record(in, st, &s);
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->shown_valid = 1;
+        in->shown_key = st->st_ctim;
+        in->shown_has = has;
+        if (has) {
+            in->shown_ctime = s.ctime;
+            in->shown_until = s.until;
+        }
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
+    if (has && sqz_shown_counts(&s, &st->st_ctim))
+        st->st_ctim = s.ctime;
+}
+
+struct timespec sqz_ptimes_shown(struct sqz_fs *fs, struct sqz_inode *in,
+                                 const struct stat *bst)
+{
+    struct stat st = *bst;
+    sqz_ptimes_apply(fs, in, &st);
+    return st.st_ctim;
+}
+
+uint64_t sqz_ptimes_begin(struct sqz_inode *in)
+{
+    return atomic_load(&in->tgen);
+}
+
+static void forget_cache(struct sqz_inode *in)
+{
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    in->shown_valid = 0;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+/* The file behind fd (or in's own) is packed: its pointer in *p. */
+static int packed_now(int fd, struct sqz_inode *in, sqz_pack_ptr *p)
+{
+    struct stat st;
+    int r = fd >= 0 ? fstat(fd, &st) : sqz_backing_stat(in, &st);
+    return r == 0 && S_ISREG(st.st_mode) && st.st_size == 0 &&
+           ptr_of(fd, in, p) == 1;
+}
+
+static int ptr_store(int fd, struct sqz_inode *in, const sqz_pack_ptr *p)
+{
+    uint8_t b[SQZ_PACK_PTR_MAX];
+    size_t n = sqz_pack_ptr_encode(p, b);
+    if (fd >= 0)
+        return fsetxattr(fd, SQZ_PACK_XATTR, b, n, XATTR_REPLACE) == 0 ? 0 : -errno;
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    return setxattr(pp, SQZ_PACK_XATTR, b, n, XATTR_REPLACE) == 0 ? 0 : -errno;
+}
+
+static int record_set(int fd, struct sqz_inode *in, const sqz_shown *s,
+                      const void *v, size_t n)
+{
+    sqz_pack_ptr p;
+    if ((fd >= 0 || in) && packed_now(fd, in, &p)) {
+        p.has_shown = 1;
+        p.shown_ns = (int64_t)s->ctime.tv_sec * 1000000000LL + s->ctime.tv_nsec;
+        p.shown_until = (uint32_t)s->until.tv_sec + (s->until.tv_nsec ? 1 : 0);
+        return ptr_store(fd, in, &p);
+    }
+    if (fd >= 0)
+        return fsetxattr(fd, SQZ_SHOWN_XATTR, v, n, 0) == 0 ? 0 : -errno;
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    return setxattr(pp, SQZ_SHOWN_XATTR, v, n, 0) == 0 ? 0 : -errno;
+}
+
+static void record_remove(int fd, struct sqz_inode *in)
+{
+    sqz_pack_ptr p;
+    if ((fd >= 0 || in) && packed_now(fd, in, &p) && p.has_shown) {
+        p.has_shown = 0;
+        ptr_store(fd, in, &p);
+    }
+    if (fd >= 0) {
+        fremovexattr(fd, SQZ_SHOWN_XATTR);
+        return;
+    }
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    removexattr(pp, SQZ_SHOWN_XATTR);
+}
+
+/* Write the record keeping `shown` (on fd, or in's own when fd < 0):
+ * 0 or -errno; *until_ns its bound. */
+static int record_write(int fd, struct sqz_inode *in,
+                        const struct timespec *shown, int64_t *until_ns)
+{
+    int64_t until = now_ns() + SHOWN_BOUND_NS;
+    sqz_shown s = {
+        .ctime = *shown,
+        .until = {.tv_sec = (time_t)(until / 1000000000LL),
+                  .tv_nsec = (long)(until % 1000000000LL)},
+    };
+    uint8_t b[SQZ_SHOWN_SIZE];
+    sqz_shown_encode(&s, b);
+    if (in)
+        atomic_store(&in->shown_until_ns, until);
+    *until_ns = until;
+    return record_set(fd, in, &s, b, sizeof(b));
+}
+
+static void keep_failed(struct sqz_fs *fs, struct sqz_inode *in, int rc)
+{
+    if (rc == 0 || rc == -ENOTSUP || rc == -EOPNOTSUPP)
+        return;
+    char label[PATH_MAX] = "a directory";
+    if (in)
+        sqz_inode_label(fs, in, label, sizeof(label));
+    sqz_logf(SQZ_LOG_WARN, "%s: cannot keep the ctime it shows: %s (its "
+             "backing ctime shows)", label, strerror(-rc));
+}
+
+void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                     const struct timespec *shown, uint64_t gen)
+{
+    /* a shared BACKING (GlusterFS, NFS) keeps no record: read-only mounts
+     * on other clients, which cache attributes, tell versions apart by
+     * them, and the churn of a record after each mark let one of them read
+     * bytes of two versions (test_gluster, 2 runs in 8) */
+    if (!fs->pack_in_place)
+        return;
+    int64_t until;
+    int rc = record_write(fd, in, shown, &until);
+    if (rc == 0 && atomic_load(&in->tgen) != gen)
+        record_remove(fd, in); /* a user's change came meanwhile: it shows */
+    forget_cache(in);
+    keep_failed(fs, in, rc);
+}
+
+void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
+{
+    memset(t, 0, sizeof(*t));
+    if (fstat(dfd, &t->before) != 0)
+        return;
+    t->ok = 1;
+    /* its io, exclusive: stat through the mount (sqz_ptimes_stat_dir)
+     * sees it before the change or after its times are put back */
+    t->in = fs ? sqz_inode_find_ref(fs, t->before.st_dev, t->before.st_ino)
+               : NULL;
+    if (t->in) {
+        SQZ_WRLOCK(&t->in->io, SQZ_RANK_IO);
+        if (fstat(dfd, &t->before) != 0)
+            t->ok = 0;
+    }
+    t->gen = t->in ? sqz_ptimes_begin(t->in) : 0;
+    t->shown = t->before.st_ctim;
+    uint8_t b[SQZ_SHOWN_SIZE + 1];
+    sqz_shown s;
+    ssize_t n = fgetxattr(dfd, SQZ_SHOWN_XATTR, b, sizeof(b));
+    if (n > 0 && sqz_shown_decode(b, (size_t)n, &s) == 0 &&
+        sqz_shown_counts(&s, &t->before.st_ctim))
+        t->shown = s.ctime;
+}
+
+static int user_came(const struct sqz_ptimes_dir *t)
+{
+    return t->in && atomic_load(&t->in->tgen) != t->gen;
+}
+
+void sqz_ptimes_dir_end(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
+{
+    struct stat now;
+    if (!t->ok || fstat(dfd, &now) != 0 ||
+        ts_eq(&now.st_ctim, &t->before.st_ctim) || user_came(t))
+        goto out; /* nothing done, or a user's change shows */
+    struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, t->before.st_mtim};
+    if (futimens(dfd, tv) != 0)
+        goto out;
+    if (user_came(t)) { /* its mtime may have been put back: now again */
+        tv[1].tv_nsec = UTIME_NOW;
+        futimens(dfd, tv);
+        goto out;
+    }
+    if (fs && !fs->pack_in_place)
+        goto out; /* (as sqz_ptimes_keep) */
+    int64_t until;
+    int rc = record_write(dfd, t->in, &t->shown, &until);
+    if (rc == 0 && user_came(t))
+        record_remove(dfd, t->in);
+    if (t->in)
+        forget_cache(t->in);
+    keep_failed(fs, t->in, rc);
+out:
+    if (t->in) {
+        SQZ_RWUNLOCK(&t->in->io);
+        sqz_inode_open_unref(fs, t->in);
+    }
+    t->in = NULL;
+    t->ok = 0;
+}
+
+void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    atomic_fetch_add(&in->tgen, 1);
+    int64_t until = atomic_load(&in->shown_until_ns);
+    int64_t start = atomic_load(&fs->shown_start_ns);
+    if (until < start)
+        until = start;
+    if (until == 0 || now_ns() > until + SHOWN_MARGIN_NS)
+        return; /* a kept ctime no longer counts once the change is made */
+    if (in->type != S_IFREG && in->type != S_IFDIR)
+        return;
+    record_remove(-1, in);
+    atomic_store(&in->shown_until_ns, 0);
+    forget_cache(in);
+}
+
+void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
+                      struct sqz_inode *b, struct sqz_inode *c,
+                      struct sqz_inode *d)
+{
+    struct sqz_inode *v[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++)
+        if (v[i])
+            sqz_ptimes_user(fs, v[i]);
+}
+
+void sqz_ptimes_mount(struct sqz_fs *fs)
+{
+    atomic_store(&fs->shown_start_ns, now_ns() + SHOWN_BOUND_NS);
+}
+
+void sqz_ptimes_kernel_seen(struct sqz_fs *fs, struct sqz_inode *in,
+                            const struct stat *attr)
+{
+    if (!fs->opts.writeback || !S_ISREG(attr->st_mode))
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (!in->ktimes_set) {
+        in->kmtime = attr->st_mtim;
+        in->kctime = attr->st_ctim;
+        in->ktimes_set = 1;
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
+                           int to_set, const struct stat *attr)
+{
+    if (!fs->opts.writeback || in->type != S_IFREG ||
+        !(to_set & (FUSE_SET_ATTR_MTIME | FUSE_SET_ATTR_MTIME_NOW |
+                    FUSE_SET_ATTR_CTIME)))
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (in->ktimes_set) {
+        if (to_set & FUSE_SET_ATTR_MTIME)
+            in->kmtime = attr->st_mtim;
+        if (to_set & FUSE_SET_ATTR_CTIME)
+            in->kctime = attr->st_ctim;
+        if (to_set & FUSE_SET_ATTR_MTIME_NOW)
+            in->ktimes_set = 0; /* the kernel's own clock: not known here */
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    sqz_ptimes_restore(fs, in);
+    SQZ_RWUNLOCK(&in->io);
+}
+
+/* Does the backing file get the kernel's mtime and ctime (meta held)?
+ * Only on a local BACKING: read-only mounts of a shared one (GlusterFS,
+ * NFS) tell a file's versions apart by its size and times as their
+ * clients cache them, and a rewrite of the same size whose mtime was put
+ * back could look unchanged there. */
+static int kernel_times(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    return fs->opts.writeback && in->ktimes_set && fs->pack_in_place;
+}
+
+void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    SQZ_ASSERT_HELD(&in->io);
+    struct stat bst;
+    if (sqz_backing_stat(in, &bst) != 0)
+        return;
+    /* meta is held across the check and the utimensat: a writer clears
+     * utimes_kept (content_io.c) before its data can reach the backing
+     * file, so the user's old times are never put back on new data */
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_OMIT}};
+    if (in->utimes_kept) {
+        tv[0] = in->utimes[0];
+        tv[1] = in->utimes[1];
+    } else if (kernel_times(fs, in)) {
+        tv[1] = in->kmtime;
+    }
+    int keep = kernel_times(fs, in);
+    struct timespec kc = in->kctime;
+    int moved = (tv[0].tv_nsec != UTIME_OMIT && !ts_eq(&tv[0], &bst.st_atim)) ||
+                (tv[1].tv_nsec != UTIME_OMIT && !ts_eq(&tv[1], &bst.st_mtim));
+    int rc = 0;
+    if (moved) {
+        char pp[64];
+        sqz_proc_path(in->fd, pp, sizeof(pp));
+        rc = utimensat(AT_FDCWD, pp, tv, 0) != 0 ? -errno : 0;
+        if (rc)
+            sqz_logf(SQZ_LOG_WARN, "squeezefs: restoring file times failed: %s",
+                     strerror(-rc));
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    if (!keep || (moved && (rc || sqz_backing_stat(in, &bst) != 0)))
+        return;
+    /* the ctime: kept unless the backing file has the kernel's already, or
+     * a record of it (the cache of the last stat, keyed by this ctime) */
+    if (ts_eq(&bst.st_ctim, &kc))
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    int have = in->shown_valid && in->shown_has &&
+               ts_eq(&in->shown_key, &bst.st_ctim) &&
+               ts_eq(&in->shown_ctime, &kc);
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    if (!have)
+        sqz_ptimes_keep(fs, in, -1, &kc, sqz_ptimes_begin(in));
+}
+
+int sqz_ptimes_stat_dir(struct sqz_fs *fs, struct sqz_inode *in,
+                        struct stat *st)
+{
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    int rc = sqz_backing_stat(in, st);
+    if (rc == 0)
+        sqz_ptimes_apply(fs, in, st);
+    SQZ_RWUNLOCK(&in->io);
+    return rc;
+}
+
+enum { ATIME_RELATIME = 1, ATIME_NOATIME, ATIME_STRICT };
+
+/* The mount's atime option, read at most once a second (a remount may
+ * change it). */
+static int atime_mode(struct sqz_fs *fs)
+{
+    struct timespec m;
+    clock_gettime(CLOCK_MONOTONIC, &m);
+    int64_t t = (int64_t)m.tv_sec * 1000000000LL + m.tv_nsec;
+    int64_t seen = atomic_load(&fs->atime_seen_ns);
+    if (seen == 0 || t - seen > 1000000000LL) {
+        unsigned long f = fs->mnt_real ? sqz_mount_flags_of(fs->mnt_real) : 0;
+        int mode = !f ? 0 : (f & MS_NOATIME) ? ATIME_NOATIME
+                 : (f & MS_STRICTATIME) ? ATIME_STRICT : ATIME_RELATIME;
+        atomic_store(&fs->atime_mode, mode ? mode : ATIME_RELATIME);
+        atomic_store(&fs->atime_seen_ns, t);
+    }
+    return atomic_load(&fs->atime_mode);
+}
+
+static int ts_lt(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec < b->tv_sec ||
+           (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+}
+
+/* The backing file changed from version old to cur by the daemon's own
+ * bookkeeping (its content did not): the views and caches keyed by old
+ * stay valid (io exclusive). */
+static void rekey_locked(struct sqz_inode *in, const struct stat *old,
+                         const struct stat *cur)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    struct sqz_bkey o, c;
+    sqz_bkey_of(old, &o);
+    sqz_bkey_of(cur, &c);
+    if (in->sf && !in->sf_rw && sqz_bkey_eq(&in->sf_key, &o))
+        in->sf_key = c;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (in->probe_valid && sqz_bkey_eq(&in->probe_key, &o))
+        in->probe_key = c;
+    if (in->kc_valid && sqz_bkey_eq(&in->kc_key, &o))
+        in->kc_key = c;
+    if (in->stash && sqz_bkey_eq(&in->stash_key, &o))
+        in->stash_key = c;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+}
+
+int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    if (fs->opts.ro || in->type != S_IFREG)
+        return 0;
+    int mode = atime_mode(fs);
+    if (mode == ATIME_NOATIME)
+        return 0;
+    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+    struct stat bst;
+    int moved = 0;
+    if (sqz_backing_stat(in, &bst) != 0)
+        goto out;
+    struct stat st = bst;
+    sqz_ptimes_apply(fs, in, &st);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (fs->opts.writeback && in->ktimes_set) {
+        st.st_mtim = in->kmtime;
+        st.st_ctim = in->kctime;
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    if (mode == ATIME_RELATIME && ts_lt(&st.st_mtim, &st.st_atim) &&
+        ts_lt(&st.st_ctim, &st.st_atim) &&
+        now.tv_sec - st.st_atim.tv_sec < 24 * 3600)
+        goto out;
+    uint64_t gen = sqz_ptimes_begin(in);
+    struct timespec tv[2] = {{.tv_nsec = UTIME_NOW}, {.tv_nsec = UTIME_OMIT}};
+    char pp[64];
+    sqz_proc_path(in->fd, pp, sizeof(pp));
+    /* meta across it: times kept to be put back after the next commit
+     * (utimes_kept) get this atime too */
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    struct stat after;
+    int ok = utimensat(AT_FDCWD, pp, tv, 0) == 0;
+    if (ok && in->utimes_kept && sqz_backing_stat(in, &after) == 0)
+        in->utimes[0] = after.st_atim;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    if (!ok)
+        goto out;
+    moved = 1;
+    /* the atime is no change of the file: the ctime it showed stays, and so
+     * do the views and caches of its content */
+    sqz_ptimes_keep(fs, in, -1, &st.st_ctim, gen);
+    struct stat cur;
+    if (sqz_backing_stat(in, &cur) == 0)
+        rekey_locked(in, &bst, &cur);
+out:
+    SQZ_RWUNLOCK(&in->io);
+    return moved;
+}
