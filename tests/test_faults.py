@@ -446,8 +446,8 @@ def keep_size_fallocate(fd, length):
 def test_fallocate_beyond_the_free_space_is_enospc(mount_factory, small_tmpfs):
     """xfstests generic/213: fallocate of more than the backing file system
     could hold even uncompressed fails with ENOSPC (and changes nothing);
-    within it, it extends the file (nothing is reserved: README,
-    'fallocate'). KEEP_SIZE: the same check over the whole range."""
+    within it, it extends the file (nothing is reserved: squeezefs(8),
+    NOTES). KEEP_SIZE: the same check over the whole range."""
     m = mount_factory(backing=small_tmpfs / "b")
     free = os.statvfs(m.backing)
     room = free.f_bfree * free.f_frsize

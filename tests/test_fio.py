@@ -57,7 +57,7 @@ def test_fio_parse_only(job, tmp_path):
 
 
 def test_fio_job_runs_directly_on_mount(mnt, tmp_path):
-    """The README's direct run: fio --directory=MNT with a small file and a
+    """docs/BENCHMARKS.md's direct run: fio --directory=MNT with a small file and a
     2 s time limit, nothing from the environment."""
     need_fio()
     job = os.path.join(FIO_DIR, "rand-read-4k.fio")

@@ -2,8 +2,10 @@
 the man page squeezefs(8) and the mount(8) helper mount.fuse.squeezefs in
 place (checked with --destdir into a temp dir: nothing is installed
 system-wide); the man page renders without warnings and documents every
-mount option of the README and every command of `squeezefs --help`; the
+mount option the parser (opts.c) knows and every command of `squeezefs
+--help`, and `squeezefs help mount` summarises the daemon's own options; the
 installed helper mounts through mount.fuse3 with the installed binary."""
+import glob
 import json
 import os
 import re
@@ -18,13 +20,46 @@ from mountlib import ROOT, is_mounted, run_cli, squeezefs_bin
 MAN = os.path.join(ROOT, "docs", "squeezefs.8")
 
 
-def readme_mount_options():
-    """The option names of the README's mount option table."""
-    text = open(os.path.join(ROOT, "README.md")).read()
-    table = text.split("| option | meaning |", 1)[1].split("\n\n", 1)[0]
-    opts = re.findall(r"^\| `([a-z_]+=?)", table, re.M)
-    assert len(opts) >= 11, opts
-    return opts
+def opts_source():
+    """The text of the mount option parser (src/**/opts.c: one file)."""
+    found = glob.glob(os.path.join(ROOT, "src", "**", "opts.c"), recursive=True)
+    assert len(found) == 1, found
+    return open(found[0]).read()
+
+
+def opts_c_names():
+    """(every option-like string literal of opts.c, the daemon's own option
+    names). Own: compared with a key (`strcmp(key, "x")`) or the first field
+    of an option table row (`{"x", ...`), without the options it passes to
+    FUSE, sets as mount flags or drops (its lists fuse_known, mnt_flag_opts,
+    fstab_dropped, and what is tested together with a list)."""
+    src = opts_source()
+    every = set(re.findall(r'"([a-z_][a-z_0-9]*=?)"', src))
+    own = set(re.findall(r'strcmp\((?:key|name), "([a-z_]+)"\)', src))
+    own |= set(re.findall(r'^\s*\{\s*"([a-z_]+)=?"\s*,', src, re.M))
+    for lst in ("fuse_known", "mnt_flag_opts", "fstab_dropped"):
+        for m in re.finditer(rf"{lst}\[\] = \{{(.*?)\}};|in_list\({lst}[^{{;]*", src, re.S):
+            own -= {n.rstrip("=") for n in re.findall(r'"([a-z_]+=?)"', m.group(0))}
+    assert len(every) >= 40 and len(own) >= 20, (
+        "opts.c's option names were not found (%d, %d): teach this test the "
+        "parser's new form" % (len(every), len(own)))
+    return every, own
+
+
+def man_option_tags():
+    """The tag lines (after .TP) of the man page's OPTIONS section, source
+    form with font escapes and quotes removed."""
+    src = open(MAN).read().split("\n.SH OPTIONS\n", 1)[1].split("\n.SH ", 1)[0]
+    tags = re.findall(r"^\.TP\n(.*)$", src, re.M)
+    return [re.sub(r'\\f[BIRP]|\\-|"|^\.[A-Z]+ ', lambda m: "-" if m.group(0) == "\\-"
+                   else "", t) for t in tags]
+
+
+def man_options_section(text):
+    """The rendered OPTIONS section, with groff's hyphenation at line ends
+    undone."""
+    text = re.sub("\u2010\n +", "", text)
+    return text.split("\nOPTIONS\n", 1)[1].split("\nSPEC SYNTAX\n", 1)[0]
 
 
 def help_commands():
@@ -70,8 +105,15 @@ def test_man_page_renders_without_warnings():
 def test_man_page_documents_options_and_commands():
     text = rendered_man().stdout
     flat = re.sub(r"\s+", " ", text.replace("\u2010", "-").replace("\u2011", "-"))
-    for opt in readme_mount_options():
-        assert re.search(rf"^ +{re.escape(opt)}", text, re.M), f"mount option {opt}"
+    every, own = opts_c_names()
+    options = man_options_section(text)
+    tags = man_option_tags()
+    for name in sorted(own):
+        assert any(re.search(rf"(?<![\w-]){name}\b", t) for t in tags), \
+            f"mount option {name} of opts.c has no entry in OPTIONS of squeezefs.8"
+    for name in sorted(every):
+        assert re.search(rf"(?<![\w-]){re.escape(name)}(?![\w])", options), \
+            f"option name {name} of opts.c is not in OPTIONS of squeezefs.8"
     commands = text.split("\nCOMMANDS\n", 1)[1].split("\nFILES\n", 1)[0]
     for c, usage in help_commands().items():
         if c == "help":
@@ -83,6 +125,18 @@ def test_man_page_documents_options_and_commands():
     for words in ("fusermount3(1)", "mount.fuse3(8)", "fuse.squeezefs defaults,compress=zstd:3",
                   "mount -t fuse.squeezefs"):
         assert words in flat, words
+
+
+# Alternative spellings that the summary leaves to the man page.
+HELP_ALIASES = {"writeback_cache", "no_writeback_cache"}
+
+
+def test_help_mount_summarises_every_own_option():
+    out = run_cli("help", "mount").stdout
+    _, own = opts_c_names()
+    missing = [n for n in sorted(own - HELP_ALIASES)
+               if not re.search(rf"(?<![\w-]){n}\b", out)]
+    assert not missing, f"`squeezefs help mount` does not mention {missing}"
 
 
 def build_dir():

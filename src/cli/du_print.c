@@ -1,5 +1,5 @@
 /* squeezefs du: the report, as a table (per algorithm or --by-dir) or as
- * one JSON object (field names stable: README "du"). */
+ * one JSON object (field names stable: squeezefs(8), du). */
 #include <math.h>
 #include <stdio.h>
 

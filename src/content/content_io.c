@@ -275,7 +275,7 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
         return fallocate(h->plain_fd, mode, (off_t)off, (off_t)len) ? -errno : 0;
     if (off + len < off || off + len > SQZ_MAX_LENGTH)
         return -EFBIG;
-    /* What it promises (README, "fallocate"): the bytes it adds past the
+    /* What it promises (squeezefs(8), NOTES): the bytes it adds past the
      * end of the file (KEEP_SIZE: the whole range) would fit on the
      * backing file system even uncompressed, or ENOSPC; nothing is
      * reserved (what a range takes is known only once it is written and
