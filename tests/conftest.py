@@ -137,3 +137,25 @@ def run_as(uid, code, gid=None, timeout=60):
     return subprocess.run([system_python(), "-c", code], capture_output=True,
                           text=True, timeout=timeout, preexec_fn=demote,
                           cwd="/")
+
+
+@pytest.fixture
+def squeezefs_on_path(sqz_bin):
+    """mount(8) and mount.fuse3 find `squeezefs` through the system PATH:
+    the binary under test is linked into /usr/local/bin for the test (and
+    the link removed after). Skips without root or mount.fuse3, or when
+    another squeezefs is installed there."""
+    if os.geteuid() != 0 or not shutil.which("mount.fuse3"):
+        pytest.skip("needs root and mount.fuse3")
+    link = "/usr/local/bin/squeezefs"
+    if os.path.lexists(link) and os.path.realpath(link) != os.path.realpath(sqz_bin):
+        pytest.skip(f"{link} exists and is another binary")
+    made = not os.path.lexists(link)
+    if made:
+        os.symlink(sqz_bin, link)
+    try:
+        yield link
+    finally:
+        if made:
+            os.unlink(link)
+

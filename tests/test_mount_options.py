@@ -477,38 +477,25 @@ def test_writeback_is_on_by_default_and_nowriteback_turns_it_off(mount_factory):
         assert m.unmount() == 0
 
 
-def test_mount_via_mount_fuse3_fstab_style(tmp_path, sqz_bin):
+def test_mount_via_mount_fuse3_fstab_style(tmp_path, squeezefs_on_path):
     """`mount -t fuse.squeezefs BACKING MNT -o OPTS` (what /etc/fstab does):
     mount.fuse3 runs `squeezefs BACKING MNT -o OPTS` found through the
-    system PATH, so the binary is linked into /usr/local/bin for the test."""
-    import shutil
+    system PATH (the squeezefs_on_path fixture)."""
     import subprocess
-    if os.geteuid() != 0 or not shutil.which("mount.fuse3"):
-        pytest.skip("needs root and mount.fuse3")
-    link = "/usr/local/bin/squeezefs"
-    if os.path.lexists(link) and os.path.realpath(link) != os.path.realpath(sqz_bin):
-        pytest.skip(f"{link} exists and is another binary")
-    made = not os.path.lexists(link)
-    if made:
-        os.symlink(sqz_bin, link)
     backing, mnt = tmp_path / "b", tmp_path / "m"
     backing.mkdir()
     mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "fuse.squeezefs", str(backing), str(mnt),
+                        "-o", "compress=gzip:9/64K,noatime"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 0, r.stdout + r.stderr
     try:
-        r = subprocess.run(["mount", "-t", "fuse.squeezefs", str(backing), str(mnt),
-                            "-o", "compress=gzip:9/64K,noatime"],
-                           capture_output=True, text=True, timeout=30)
-        assert r.returncode == 0, r.stdout + r.stderr
-        try:
-            with open(mnt / "f", "wb") as f:
-                f.write(b"fstab " * 5000)
-            out = run_cli("stat", "--json", mnt / "f").stdout
-            st = json.loads(out)
-            assert (st["algorithm"], st["zipLevel"], st["logicalBlockSize"]) == ("gzip", 9, 16)
-        finally:
-            subprocess.run(["umount", str(mnt)], capture_output=True, timeout=60)
-        assert not is_mounted(str(mnt))
-        assert run_cli("cat", backing / "f").stdout == "fstab " * 5000
+        with open(mnt / "f", "wb") as f:
+            f.write(b"fstab " * 5000)
+        out = run_cli("stat", "--json", mnt / "f").stdout
+        st = json.loads(out)
+        assert (st["algorithm"], st["zipLevel"], st["logicalBlockSize"]) == ("gzip", 9, 16)
     finally:
-        if made:
-            os.unlink(link)
+        subprocess.run(["umount", str(mnt)], capture_output=True, timeout=60)
+    assert not is_mounted(str(mnt))
+    assert run_cli("cat", backing / "f").stdout == "fstab " * 5000

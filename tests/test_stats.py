@@ -22,7 +22,9 @@ TIER_KEYS = {"tier_interval", "tier_rate", "tier_files", "tier_bytes_before",
              "tier_failed", "tier_passes", "tier_running", "tier_last_pass",
              "tier_last_pass_seconds"}
 # FUSE-level counters (not deltas of the engine's): see tests/test_db.py
-FUSE_KEYS = {"security_xattr_gets", "killpriv_v2", "writeback_cache", "pack_pending"}
+FUSE_KEYS = {"security_xattr_gets", "killpriv_v2", "writeback_cache", "pack_pending",
+             "read_errors", "durable_queued", "durable_marked", "durable_batches",
+             "durable_failures"}
 
 
 def text(n, seed=0):

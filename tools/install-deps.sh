@@ -109,7 +109,7 @@ fi
 PY=$(command -v python3 || true)
 [[ -n $PY ]] || die "python3 not found on PATH"
 pip_missing=()
-for m in pytest numpy matplotlib; do
+for m in pytest numpy matplotlib prometheus_client; do
     "$PY" -c "import $m" 2>/dev/null || pip_missing+=("$m")
 done
 if [[ ${#pip_missing[@]} -gt 0 ]]; then

@@ -32,6 +32,10 @@ int cmd_unpack(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_stat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+/* stats_prom.c: `stats --prometheus`: the counters of nmnt mounts in
+ * Prometheus' text format on stdout. CLI_OK, or CLI_FAIL if a mount's
+ * could not be read (the others are printed). */
+int stats_prometheus(int nmnt, char **mnts);
 int cmd_stats(int argc, char **argv);
 int cmd_policy(int argc, char **argv);
 int cmd_recompress(int argc, char **argv);

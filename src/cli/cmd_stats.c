@@ -1,6 +1,7 @@
 /* stats [--json] MOUNTPOINT: the daemon's counters (xattr
  * user.squeezefs.stats on the mount root) with derived rates, and what
- * tiering did (tier_*: read-write mounts). */
+ * tiering did (tier_*: read-write mounts). stats --prometheus
+ * MOUNTPOINT...: the same in Prometheus' text format (stats_prom.c). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +16,7 @@ static const char *const keys[] = {
     "cache_hits", "cache_misses", "cache_bytes", "dirty_bytes",
     "pushed_blocks", "pushed_bytes", "push_skipped", "opens_from_lookup",
     "files_packed", "pack_failures", "packs_removed", "pack_entries_moved",
-    "packed_bytes_read",
+    "packed_bytes_read", "read_errors", "durable_marked", "durable_failures",
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 
@@ -65,18 +66,33 @@ static void print_tier(const json_flat *o)
 
 int cmd_stats(int argc, char **argv)
 {
-    bool json = false;
+    bool json = false, prom = false;
     const char *path = NULL;
+    int nmnt = 0, bad = 0;
+    char **mnts = calloc((size_t)argc, sizeof(*mnts));
+    if (!mnts)
+        return CLI_FAIL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--json"))
             json = true;
-        else if (!path && argv[i][0] != '-')
-            path = argv[i];
+        else if (!strcmp(argv[i], "--prometheus"))
+            prom = true;
+        else if (argv[i][0] == '-')
+            bad = 1;
         else
-            path = NULL, i = argc;
+            mnts[nmnt++] = argv[i];
     }
+    if (!bad && prom && !json && nmnt >= 1) {
+        int rc = stats_prometheus(nmnt, mnts);
+        free(mnts);
+        return rc;
+    }
+    if (!bad && !prom && nmnt == 1)
+        path = mnts[0];
+    free(mnts);
     if (!path) {
-        fprintf(stderr, "usage: squeezefs stats [--json] MOUNTPOINT\n");
+        fprintf(stderr, "usage: squeezefs stats [--json] MOUNTPOINT\n"
+                        "       squeezefs stats --prometheus MOUNTPOINT...\n");
         return CLI_USAGE;
     }
     char *text;

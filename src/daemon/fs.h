@@ -79,6 +79,8 @@ struct sqz_fs {
                                    0: SQZ_PACK_PENDING_MIN) */
     atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
     atomic_uint_fast64_t packed_bytes_read; /* READ replies of packed files */
+    atomic_uint_fast64_t read_errors; /* READ replies with EIO: damaged data
+                                        (ops_file.c) */
     _Atomic int64_t shown_start_ns; /* ptimes.c: until then, a kept ctime
                                        an earlier mount wrote may count */
     atomic_int atime_mode;          /* ptimes.c: the mount's atime option, */

@@ -253,6 +253,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
      * reference keeps the inode for the push. */
     if (push)
         sqz_inode_open_ref(fs, in);
+    if (r == -EIO)
+        atomic_fetch_add_explicit(&fs->read_errors, 1, memory_order_relaxed);
     if (r < 0)
         fuse_reply_err(req, (int)-r);
     else

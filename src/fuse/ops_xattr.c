@@ -18,6 +18,7 @@
 #include "node/ptimes.h"
 #include "pack/packing.h"
 #include "content/content.h"
+#include "content/durable.h"
 #include "content/newfile_policy.h"
 #include "jobs/recompress.h"
 #include "jobs/tier.h"
@@ -83,6 +84,8 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
     uint64_t packed, pfail, premoved, pmoved;
     sqz_packer_stats(fs, &packed, &pfail);
     sqz_pack_gc_stats(fs, &premoved, &pmoved);
+    uint64_t dqueued, dmarked, dbatches, dfailures;
+    sqz_durable_stats(fs, &dqueued, &dmarked, &dbatches, &dfailures);
     char tier[1024];
     if (sqz_tier_stats_json(fs, tier, sizeof(tier)) < 0)
         tier[0] = '\0';
@@ -100,6 +103,9 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"files_packed\": %" PRIu64 ", \"pack_failures\": %" PRIu64
         ", \"packs_removed\": %" PRIu64 ", \"pack_entries_moved\": %" PRIu64
         ", \"packed_bytes_read\": %" PRIu64 ", \"pack_pending\": %zu"
+        ", \"read_errors\": %" PRIu64 ", \"durable_queued\": %" PRIu64
+        ", \"durable_marked\": %" PRIu64 ", \"durable_batches\": %" PRIu64
+        ", \"durable_failures\": %" PRIu64
         ", \"security_xattr_gets\": %lu"
         ", \"killpriv_v2\": %d, \"writeback_cache\": %d%s}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
@@ -111,6 +117,8 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         (uint64_t)atomic_load(&fs->push_skipped),
         sqz_inode_stash_hits(), packed, pfail, premoved, pmoved,
         (uint64_t)atomic_load(&fs->packed_bytes_read), sqz_pack_npending(fs),
+        (uint64_t)atomic_load(&fs->read_errors), dqueued, dmarked, dbatches,
+        dfailures,
         atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active(),
         fs->opts.writeback, tier);
 }
