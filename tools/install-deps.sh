@@ -26,6 +26,7 @@ APT_PKGS=(
     libfuse3-dev fuse3 libzstd-dev liblz4-dev libsnappy-dev zlib1g-dev
     libxxhash-dev meson ninja-build pkg-config gcc clang libclang-rt-14-dev
     attr acl fio mergerfs python3-pytest rsync sqlite3 postgresql git
+    debhelper dpkg-dev
     e2fsprogs util-linux kmod procps groff-base man-db btrfs-progs btrfs-compsize
 )
 
