@@ -74,6 +74,13 @@ static int commit_prefix(const uint8_t *pl, uint32_t plen, uint64_t *len,
     return 0;
 }
 
+/* Whether the DATA record d is the block the COMMIT entry w lists. */
+static int same_block(const sqz_wire_entry *d, const sqz_wire_entry *w)
+{
+    return d->idx == w->idx && d->kind == w->kind && d->e.off == w->e.off &&
+           d->e.len == w->e.len && d->e.crc == w->e.crc;
+}
+
 /* Set the entries of a checked COMMIT payload and its length. */
 static int commit_set(sqz_state *st, int log2bs, const uint8_t *pl,
                       uint32_t n, uint64_t len)
@@ -116,9 +123,7 @@ static int apply_commit(sqz_state *st, const sqz_header *h, const uint8_t *pl,
             continue;
         if (k >= pd->n)
             return 0;
-        const sqz_wire_entry *d = &pd->v[k++].w;
-        if (d->idx != w.idx || d->kind != w.kind || d->e.off != w.e.off ||
-            d->e.len != w.e.len || d->e.crc != w.e.crc)
+        if (!same_block(&pd->v[k++].w, &w))
             return 0;
     }
     if (k != pd->n)
@@ -243,9 +248,7 @@ static int apply_commit_damaged(sqz_state *st, const sqz_header *h,
         while (k < pd->n && pd->v[k].w.e.off + pd->v[k].size <= w.e.off)
             k++;
         if (k < pd->n && pd->v[k].w.e.off < wend) {
-            const sqz_wire_entry *d = &pd->v[k].w;
-            if (d->e.off != w.e.off || d->idx != w.idx || d->kind != w.kind ||
-                d->e.len != w.e.len || d->e.crc != w.e.crc)
+            if (!same_block(&pd->v[k].w, &w))
                 return 0;
             k++;
         } else {
