@@ -144,6 +144,9 @@ void json_u64(json_w *w, uint64_t v);
 void json_i64(json_w *w, int64_t v);
 void json_double(json_w *w, double v);
 void json_bool(json_w *w, bool v);
+/* A key and its value in one call. */
+void json_kv_u64(json_w *w, const char *key, uint64_t v);
+void json_kv_str(json_w *w, const char *key, const char *s);
 /* Write s as a quoted JSON string with escapes. */
 void json_write_string(FILE *out, const char *s);
 
@@ -238,6 +241,12 @@ ssize_t cli_src_pread(cli_src *s, void *buf, size_t n, uint64_t off);
  * parallel on `threads` workers, committed in batches; all-zero blocks are
  * left as holes. Does not sync. 0 or -errno. */
 int cli_ctr_fill(sqz_ctr *dst, cli_src *src, int threads, cli_progress *pg);
+/* cli_ctr_fill, then a full index at the end (blocks are then checked one
+ * by one, and found without replaying the log), sync, the metadata of st
+ * (the entry at of a walk, cli_copy_meta_at) and close dst, which is
+ * closed in every case. 0 or -errno. */
+int cli_ctr_write(sqz_ctr *dst, cli_src *src, int threads, cli_progress *pg,
+                  const tree_at *at, const struct stat *st);
 /* Write all logical bytes of c to fd. sparse: fd is a fresh regular file;
  * zero blocks become holes (ftruncate to the length). 0 or -errno. */
 int cli_ctr_dump(sqz_ctr *c, int fd, bool sparse, cli_progress *pg);

@@ -248,272 +248,341 @@ static int usage(void)
     return CLI_USAGE;
 }
 
-int cmd_bench(int argc, char **argv)
+
+/* The command line of bench. */
+typedef struct bench_args {
+    const char *lbs_text, *alg_text, *lvl_text, *csv, *plot_dir, *where, *goal;
+    const char *gens, *dump, *tmpdir;
+    bool quick;
+    long runs, threads;
+    uint64_t seed, size;
+    char **files; /* the FILE operands (nfiles of them) */
+    int nfiles;
+} bench_args;
+
+/* What one bench works on: the combinations, the inputs, the results. */
+typedef struct bench_work {
+    bench_combo *combos;
+    size_t ncombos;
+    bench_buf *inputs;
+    size_t ninputs;
+    bench_row *rows;
+    size_t nrows;
+} bench_work;
+
+/* One option with a value (argv's opt, v) into a: CLI_OK or the exit code. */
+static int parse_option(const char *opt, const char *v, bench_args *a)
 {
-    const char *lbs_text = NULL, *alg_text = NULL, *lvl_text = NULL, *csv = NULL;
-    const char *plot_dir = NULL, *where = NULL, *goal = NULL, *gens = NULL, *dump = NULL;
-    const char *tmpdir = getenv("TMPDIR");
-    bool quick = false;
-    long runs = 3, threads = cli_default_threads();
-    uint64_t seed = 42, size = 8 << 20;
-    char **files = calloc((size_t)argc, sizeof *files);
-    int nfiles = 0;
-    if (!files) {
-        cli_err("out of memory");
-        return CLI_FAIL;
+    char *end;
+    if (!strcmp(opt, "--lbs")) a->lbs_text = v;
+    else if (!strcmp(opt, "--alg")) a->alg_text = v;
+    else if (!strcmp(opt, "--level")) a->lvl_text = v;
+    else if (!strcmp(opt, "--csv")) a->csv = v;
+    else if (!strcmp(opt, "--plot")) a->plot_dir = v;
+    else if (!strcmp(opt, "--where")) a->where = v;
+    else if (!strcmp(opt, "--recommend")) a->goal = v;
+    else if (!strcmp(opt, "--gen")) a->gens = v;
+    else if (!strcmp(opt, "--dump")) a->dump = v;
+    else if (!strcmp(opt, "--tmpdir")) a->tmpdir = v;
+    else if (!strcmp(opt, "--runs") || !strcmp(opt, "--threads")) {
+        long x = strtol(v, &end, 10);
+        if (*end || x < 1 || x > 1000) {
+            cli_err("%s wants a number 1..1000, not '%s'", opt, v);
+            return CLI_USAGE;
+        }
+        *(opt[2] == 'r' ? &a->runs : &a->threads) = x;
+    } else if (!strcmp(opt, "--seed")) {
+        a->seed = strtoull(v, &end, 10);
+        if (*end || end == v) {
+            cli_err("--seed wants a number, not '%s'", v);
+            return CLI_USAGE;
+        }
+    } else if (!strcmp(opt, "--size")) {
+        if (cli_parse_size(v, &a->size) < 0 || a->size > (4ULL << 30)) {
+            cli_err("--size wants a size such as 64K or 8M (up to 4G), not '%s'", v);
+            return CLI_USAGE;
+        }
+    } else {
+        cli_err("unknown option '%s'", opt);
+        return usage();
     }
-    int rc = CLI_USAGE;
+    return CLI_OK;
+}
+
+/* argv into a (a->files has room for argc operands): CLI_OK or the exit
+ * code. */
+static int parse_args(int argc, char **argv, bench_args *a)
+{
     for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
+        const char *opt = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        char *end;
-        if (!strcmp(a, "--quick")) {
-            quick = true;
+        if (!strcmp(opt, "--quick")) {
+            a->quick = true;
             continue;
         }
-        if (a[0] != '-' || !a[1]) {
-            files[nfiles++] = argv[i];
+        if (opt[0] != '-' || !opt[1]) {
+            a->files[a->nfiles++] = argv[i];
             continue;
         }
         if (!v) {
-            cli_err("%s needs a value", a);
-            goto out;
+            cli_err("%s needs a value", opt);
+            return CLI_USAGE;
         }
         i++;
-        if (!strcmp(a, "--lbs")) lbs_text = v;
-        else if (!strcmp(a, "--alg")) alg_text = v;
-        else if (!strcmp(a, "--level")) lvl_text = v;
-        else if (!strcmp(a, "--csv")) csv = v;
-        else if (!strcmp(a, "--plot")) plot_dir = v;
-        else if (!strcmp(a, "--where")) where = v;
-        else if (!strcmp(a, "--recommend")) goal = v;
-        else if (!strcmp(a, "--gen")) gens = v;
-        else if (!strcmp(a, "--dump")) dump = v;
-        else if (!strcmp(a, "--tmpdir")) tmpdir = v;
-        else if (!strcmp(a, "--runs") || !strcmp(a, "--threads")) {
-            long x = strtol(v, &end, 10);
-            if (*end || x < 1 || x > 1000) {
-                cli_err("%s wants a number 1..1000, not '%s'", a, v);
-                goto out;
-            }
-            *(a[2] == 'r' ? &runs : &threads) = x;
-        } else if (!strcmp(a, "--seed")) {
-            seed = strtoull(v, &end, 10);
-            if (*end || end == v) {
-                cli_err("--seed wants a number, not '%s'", v);
-                goto out;
-            }
-        } else if (!strcmp(a, "--size")) {
-            if (cli_parse_size(v, &size) < 0 || size > (4ULL << 30)) {
-                cli_err("--size wants a size such as 64K or 8M (up to 4G), not '%s'", v);
-                goto out;
-            }
-        } else {
-            cli_err("unknown option '%s'", a);
-            rc = usage();
-            goto out;
-        }
+        int rc = parse_option(opt, v, a);
+        if (rc != CLI_OK)
+            return rc;
     }
-    if (gens && !strcmp(gens, "list")) {
-        bench_gen_list(stdout);
-        rc = CLI_OK;
-        goto out;
+    return CLI_OK;
+}
+
+/* The options that must agree, checked before spending minutes measuring:
+ * CLI_OK or the exit code. */
+static int check_args(const bench_args *a)
+{
+    if (a->goal && strcmp(a->goal, "ratio") && strcmp(a->goal, "write") &&
+        strcmp(a->goal, "read") && strcmp(a->goal, "balanced")) {
+        cli_err("--recommend wants ratio, write, read or balanced, not '%s'", a->goal);
+        return CLI_USAGE;
     }
-    if (goal && strcmp(goal, "ratio") && strcmp(goal, "write") && strcmp(goal, "read") &&
-        strcmp(goal, "balanced")) {
-        cli_err("--recommend wants ratio, write, read or balanced, not '%s'", goal);
-        goto out;
-    }
-    if (where) { /* check the expression before spending minutes measuring */
+    if (a->where) {
         char err[160];
         size_t zero = 0;
-        if (bench_where(where, NULL, &zero, err, sizeof err) < 0) {
+        if (bench_where(a->where, NULL, &zero, err, sizeof err) < 0) {
             cli_err("%s", err);
-            goto out;
+            return CLI_USAGE;
         }
     }
-    if (dump && (!gens || strchr(gens, ',') || nfiles)) {
+    if (a->dump && (!a->gens || strchr(a->gens, ',') || a->nfiles)) {
         cli_err("--dump FILE wants exactly one --gen GENERATOR");
-        goto out;
+        return CLI_USAGE;
     }
-    if (!gens && nfiles == 0) {
-        rc = usage();
-        goto out;
-    }
+    if (!a->gens && a->nfiles == 0)
+        return usage();
+    return CLI_OK;
+}
 
-    /* what to measure */
+/* The algorithms of --alg (all when not given), each once: CLI_OK or the
+ * exit code. */
+static int parse_algs(const char *alg_text, sqz_alg *algs, int *nalgs)
+{
+    *nalgs = 0;
+    if (!alg_text) {
+        for (int k = 0; k < SQZ_ALG_COUNT; k++)
+            algs[(*nalgs)++] = sqz_all_algs[k];
+        return CLI_OK;
+    }
+    char *copy = strdup(alg_text), *save = NULL;
+    if (!copy)
+        return CLI_FAIL;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        sqz_alg a;
+        char err[160];
+        if (sqz_alg_from_name(t, &a, err, sizeof err) < 0) {
+            cli_err("--alg: %s", err);
+            free(copy);
+            return CLI_USAGE;
+        }
+        bool dup = false;
+        for (int k = 0; k < *nalgs; k++)
+            dup |= algs[k] == a;
+        if (!dup && *nalgs < SQZ_ALG_COUNT)
+            algs[(*nalgs)++] = a;
+    }
+    free(copy);
+    return CLI_OK;
+}
+
+/* What to measure: every block size, algorithm and level into w->combos.
+ * CLI_OK or the exit code. */
+static int plan_combos(const bench_args *a, bench_work *w)
+{
     int_list lbs, lvls;
-    bool have_lvls = lvl_text != NULL;
-    if (lbs_text) {
-        if (parse_ints(lbs_text, SQZ_LOG2BS_MIN, SQZ_LOG2BS_MAX, &lbs, "--lbs") < 0)
-            goto out;
-    } else if (quick) {
+    bool have_lvls = a->lvl_text != NULL;
+    if (a->lbs_text) {
+        if (parse_ints(a->lbs_text, SQZ_LOG2BS_MIN, SQZ_LOG2BS_MAX, &lbs, "--lbs") < 0)
+            return CLI_USAGE;
+    } else if (a->quick) {
         lbs = (int_list){.v = {12, 16, 17, 20}, .n = 4};
     } else {
         parse_ints("12..20", SQZ_LOG2BS_MIN, SQZ_LOG2BS_MAX, &lbs, "--lbs");
     }
-    if (have_lvls && parse_ints(lvl_text, -100, 100, &lvls, "--level") < 0)
-        goto out;
+    if (have_lvls && parse_ints(a->lvl_text, -100, 100, &lvls, "--level") < 0)
+        return CLI_USAGE;
     sqz_alg algs[SQZ_ALG_COUNT];
-    int nalgs = 0;
-    if (alg_text) {
-        char *copy = strdup(alg_text), *save = NULL;
-        if (!copy) {
-            rc = CLI_FAIL;
-            goto out;
-        }
-        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            sqz_alg a;
-            char err[160];
-            if (sqz_alg_from_name(t, &a, err, sizeof err) < 0) {
-                cli_err("--alg: %s", err);
-                free(copy);
-                goto out;
-            }
-            bool dup = false;
-            for (int k = 0; k < nalgs; k++)
-                dup |= algs[k] == a;
-            if (!dup && nalgs < SQZ_ALG_COUNT)
-                algs[nalgs++] = a;
-        }
-        free(copy);
-    } else {
-        for (int k = 0; k < SQZ_ALG_COUNT; k++)
-            algs[nalgs++] = sqz_all_algs[k];
-    }
-    bench_combo *combos = calloc((size_t)lbs.n * (size_t)nalgs * 64, sizeof *combos);
-    size_t ncombos = 0;
-    if (!combos) {
-        rc = CLI_FAIL;
-        goto out;
-    }
-    for (int a = 0; a < nalgs; a++) {
+    int nalgs;
+    int rc = parse_algs(a->alg_text, algs, &nalgs);
+    if (rc != CLI_OK)
+        return rc;
+    w->combos = calloc((size_t)lbs.n * (size_t)nalgs * 64, sizeof *w->combos);
+    if (!w->combos)
+        return CLI_FAIL;
+    for (int k = 0; k < nalgs; k++) {
         int_list l;
-        levels_for(algs[a], have_lvls ? &lvls : NULL, quick, &l);
+        levels_for(algs[k], have_lvls ? &lvls : NULL, a->quick, &l);
         if (l.n == 0)
             cli_err("warning: no level of --level %s is valid for %s (%d..%d): skipped",
-                    lvl_text, sqz_alg_name(algs[a]), sqz_level_min(algs[a]),
-                    sqz_level_max(algs[a]));
+                    a->lvl_text, sqz_alg_name(algs[k]), sqz_level_min(algs[k]),
+                    sqz_level_max(algs[k]));
     }
     for (int b = 0; b < lbs.n; b++)
-        for (int a = 0; a < nalgs; a++) {
+        for (int k = 0; k < nalgs; k++) {
             int_list l;
-            levels_for(algs[a], have_lvls ? &lvls : NULL, quick, &l);
-            for (int k = 0; k < l.n; k++)
-                combos[ncombos++] = (bench_combo){.lbs = lbs.v[b], .alg = algs[a],
-                                                  .lvl = l.v[k]};
+            levels_for(algs[k], have_lvls ? &lvls : NULL, a->quick, &l);
+            for (int j = 0; j < l.n; j++)
+                w->combos[w->ncombos++] = (bench_combo){.lbs = lbs.v[b], .alg = algs[k],
+                                                        .lvl = l.v[j]};
         }
+    return CLI_OK;
+}
 
-    /* inputs */
-    size_t ninputs = 0, cap = (size_t)nfiles + 16;
-    bench_buf *inputs = calloc(cap, sizeof *inputs);
-    bench_row *rows = NULL;
-    size_t nrows = 0;
-    rc = CLI_FAIL;
-    if (!inputs)
-        goto out_combos;
-    for (int f = 0; f < nfiles; f++) {
-        int r = read_input(files[f], &inputs[ninputs]);
+/* The inputs: the FILE operands, then the generated data of --gen. CLI_OK
+ * or the exit code; w->inputs holds what was loaded either way. */
+static int load_inputs(const bench_args *a, bench_work *w)
+{
+    size_t cap = (size_t)a->nfiles + 16;
+    w->inputs = calloc(cap, sizeof *w->inputs);
+    if (!w->inputs)
+        return CLI_FAIL;
+    for (int f = 0; f < a->nfiles; f++) {
+        int r = read_input(a->files[f], &w->inputs[w->ninputs]);
         if (r < 0) {
-            cli_err("%s: %s", files[f], strerror(-r));
-            goto out_inputs;
+            cli_err("%s: %s", a->files[f], strerror(-r));
+            return CLI_FAIL;
         }
-        ninputs++;
+        w->ninputs++;
     }
-    if (gens) {
-        char *copy = strdup(gens), *save = NULL;
-        if (!copy)
-            goto out_inputs;
-        for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-            if (ninputs == cap) {
-                cli_err("too many generators");
-                free(copy);
-                goto out_inputs;
-            }
-            char err[200];
-            int r = bench_gen(t, size, seed, &inputs[ninputs], err, sizeof err);
-            if (r < 0) {
-                cli_err("%s", r == -EINVAL ? err : strerror(-r));
-                rc = r == -EINVAL ? CLI_USAGE : CLI_FAIL;
-                free(copy);
-                goto out_inputs;
-            }
-            ninputs++;
+    if (!a->gens)
+        return CLI_OK;
+    char *copy = strdup(a->gens), *save = NULL;
+    if (!copy)
+        return CLI_FAIL;
+    int rc = CLI_OK;
+    for (char *t = strtok_r(copy, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (w->ninputs == cap) {
+            cli_err("too many generators");
+            rc = CLI_FAIL;
+            break;
         }
-        free(copy);
+        char err[200];
+        int r = bench_gen(t, a->size, a->seed, &w->inputs[w->ninputs], err, sizeof err);
+        if (r < 0) {
+            cli_err("%s", r == -EINVAL ? err : strerror(-r));
+            rc = r == -EINVAL ? CLI_USAGE : CLI_FAIL;
+            break;
+        }
+        w->ninputs++;
     }
-    if (dump) {
-        int r = write_file(dump, inputs[0].data, inputs[0].len);
-        if (r < 0)
-            cli_err("%s: %s", dump, strerror(-r));
-        rc = r < 0 ? CLI_FAIL : CLI_OK;
-        goto out_inputs;
-    }
-    if (ncombos == 0) {
-        cli_err("nothing to measure");
-        rc = CLI_USAGE;
-        goto out_inputs;
-    }
+    free(copy);
+    return rc;
+}
 
-    /* measure */
-    bench_opts o = {.runs = (int)runs, .threads = (int)threads,
-                    .tmpdir = tmpdir && *tmpdir ? tmpdir : "/tmp"};
+/* Measure every combination on every input, with a progress line. */
+static int measure(const bench_args *a, bench_work *w)
+{
+    bench_opts o = {.runs = (int)a->runs, .threads = (int)a->threads,
+                    .tmpdir = a->tmpdir && *a->tmpdir ? a->tmpdir : "/tmp"};
     cli_progress pg;
     uint64_t total = 0;
-    for (size_t i = 0; i < ninputs; i++)
-        total += (uint64_t)inputs[i].len * ncombos * (uint64_t)runs;
+    for (size_t i = 0; i < w->ninputs; i++)
+        total += (uint64_t)w->inputs[i].len * w->ncombos * (uint64_t)a->runs;
     progress_init(&pg, "bench", total);
-    for (size_t i = 0; i < ninputs; i++)
-        if (bench_sweep(&inputs[i], combos, ncombos, &o, &pg, &rows, &nrows) < 0) {
+    for (size_t i = 0; i < w->ninputs; i++)
+        if (bench_sweep(&w->inputs[i], w->combos, w->ncombos, &o, &pg, &w->rows,
+                        &w->nrows) < 0) {
             progress_finish(&pg);
-            goto out_inputs;
+            return CLI_FAIL;
         }
     progress_finish(&pg);
+    return CLI_OK;
+}
 
-    /* report */
+/* The results: the CSV (--csv, or bench.csv in the --plot directory), the
+ * table of the rows --where keeps, the --recommend line, the charts. */
+static int report(const bench_args *a, bench_work *w)
+{
     char csv_tmp[PATH_MAX] = "";
-    if (csv) {
-        int r = bench_write_csv(csv, rows, nrows);
+    if (a->csv) {
+        int r = bench_write_csv(a->csv, w->rows, w->nrows);
         if (r < 0) {
-            cli_err("%s: %s", csv, strerror(-r));
-            goto out_inputs;
+            cli_err("%s: %s", a->csv, strerror(-r));
+            return CLI_FAIL;
         }
-    } else if (plot_dir) {
-        if (mkdir(plot_dir, 0755) < 0 && errno != EEXIST) {
-            cli_err("%s: %s", plot_dir, strerror(errno));
-            goto out_inputs;
+    } else if (a->plot_dir) {
+        if (mkdir(a->plot_dir, 0755) < 0 && errno != EEXIST) {
+            cli_err("%s: %s", a->plot_dir, strerror(errno));
+            return CLI_FAIL;
         }
-        snprintf(csv_tmp, sizeof csv_tmp, "%s/bench.csv", plot_dir);
-        int r = bench_write_csv(csv_tmp, rows, nrows);
+        snprintf(csv_tmp, sizeof csv_tmp, "%s/bench.csv", a->plot_dir);
+        int r = bench_write_csv(csv_tmp, w->rows, w->nrows);
         if (r < 0) {
             cli_err("%s: %s", csv_tmp, strerror(-r));
-            goto out_inputs;
+            return CLI_FAIL;
         }
     }
-    if (where) {
+    if (a->where) {
         char err[160];
-        if (bench_where(where, rows, &nrows, err, sizeof err) < 0) {
+        if (bench_where(a->where, w->rows, &w->nrows, err, sizeof err) < 0) {
             cli_err("%s", err);
-            goto out_inputs;
+            return CLI_FAIL;
         }
     }
-    bench_print_table(stdout, rows, nrows);
-    rc = CLI_OK;
-    if (goal) {
+    bench_print_table(stdout, w->rows, w->nrows);
+    int rc = CLI_OK;
+    if (a->goal) {
         printf("\n");
-        if (bench_recommend(stdout, goal, rows, nrows) < 0)
+        if (bench_recommend(stdout, a->goal, w->rows, w->nrows) < 0)
             rc = CLI_FAIL;
     }
-    if (plot_dir && rc == CLI_OK)
-        rc = plot(csv ? csv : csv_tmp, plot_dir);
-out_inputs:
-    for (size_t i = 0; i < ninputs; i++)
-        free(inputs[i].data);
-    free(inputs);
-    free(rows);
-out_combos:
-    free(combos);
-out:
-    free(files);
+    if (a->plot_dir && rc == CLI_OK)
+        rc = plot(a->csv ? a->csv : csv_tmp, a->plot_dir);
+    return rc;
+}
+
+/* Plan, load the inputs (or write the one --dump asks for), measure and
+ * report: the exit code. */
+static int bench_run(const bench_args *a, bench_work *w)
+{
+    int rc = plan_combos(a, w);
+    if (rc == CLI_OK)
+        rc = load_inputs(a, w);
+    if (rc != CLI_OK)
+        return rc;
+    if (a->dump) {
+        int r = write_file(a->dump, w->inputs[0].data, w->inputs[0].len);
+        if (r < 0)
+            cli_err("%s: %s", a->dump, strerror(-r));
+        return r < 0 ? CLI_FAIL : CLI_OK;
+    }
+    if (w->ncombos == 0) {
+        cli_err("nothing to measure");
+        return CLI_USAGE;
+    }
+    rc = measure(a, w);
+    return rc == CLI_OK ? report(a, w) : rc;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    bench_args a = {.tmpdir = getenv("TMPDIR"), .runs = 3,
+                    .threads = cli_default_threads(), .seed = 42, .size = 8 << 20};
+    a.files = calloc((size_t)argc, sizeof *a.files);
+    if (!a.files) {
+        cli_err("out of memory");
+        return CLI_FAIL;
+    }
+    int rc = parse_args(argc, argv, &a);
+    if (rc == CLI_OK && a.gens && !strcmp(a.gens, "list"))
+        bench_gen_list(stdout);
+    else if (rc == CLI_OK && (rc = check_args(&a)) == CLI_OK) {
+        bench_work w = {0};
+        rc = bench_run(&a, &w);
+        for (size_t i = 0; i < w.ninputs; i++)
+            free(w.inputs[i].data);
+        free(w.inputs);
+        free(w.rows);
+        free(w.combos);
+    }
+    free(a.files);
     return rc;
 }

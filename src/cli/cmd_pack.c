@@ -46,18 +46,7 @@ static int pack_file(pack_ctx *x, const tree_at *at, const char *src, const char
         cli_src_close(&in);
         return r;
     }
-    r = cli_ctr_fill(c, &in, x->threads, &x->pg);
-    /* a full index at the end: blocks are then checked one by one (and
-     * found without replaying the log) */
-    if (r == 0)
-        r = sqz_ctr_checkpoint(c);
-    if (r == 0)
-        r = sqz_ctr_sync(c, 0);
-    if (r == 0)
-        r = cli_copy_meta_at(at, st, sqz_ctr_fd(c), NULL);
-    int rc = sqz_ctr_close(c);
-    if (r == 0)
-        r = rc;
+    r = cli_ctr_write(c, &in, x->threads, &x->pg, at, st);
     if (r == 0)
         r = cli_set_times(dst, st); /* closing may have written a commit */
     cli_src_close(&in);

@@ -119,20 +119,8 @@ static int rewrite(recomp_ctx *x, const tree_at *at, const char *path,
     }
     sqz_ctr *c;
     r = sqz_ctr_create_fd(fd, &p, tmp, &c); /* owns fd from here */
-    if (r == 0) {
-        r = cli_ctr_fill(c, &src, x->threads, &x->pg);
-        /* a full index at the end: blocks are then checked one by one (and
-         * found without replaying the log) */
-        if (r == 0)
-            r = sqz_ctr_checkpoint(c);
-        if (r == 0)
-            r = sqz_ctr_sync(c, 0);
-        if (r == 0)
-            r = cli_copy_meta_at(at, st, sqz_ctr_fd(c), NULL);
-        int rc = sqz_ctr_close(c);
-        if (r == 0)
-            r = rc;
-    }
+    if (r == 0)
+        r = cli_ctr_write(c, &src, x->threads, &x->pg, at, st);
     cli_src_close(&src);
     /* the times last (closing may write), then make them durable */
     struct timespec ts[2] = {st->st_atim, st->st_mtim};

@@ -10,23 +10,23 @@
 static void print_json(json_w *w, const char *path, const cli_ctr_figures *fs)
 {
     json_begin_obj(w);
-    json_key(w, "path"); json_str(w, path);
-    json_key(w, "compressedLength"); json_u64(w, fs->compressed);
-    json_key(w, "uncompressedLength"); json_u64(w, fs->uncompressed);
-    json_key(w, "storedBytes"); json_u64(w, fs->stored);
-    json_key(w, "algorithm"); json_str(w, fs->algorithm);
+    json_kv_str(w, "path", path);
+    json_kv_u64(w, "compressedLength", fs->compressed);
+    json_kv_u64(w, "uncompressedLength", fs->uncompressed);
+    json_kv_u64(w, "storedBytes", fs->stored);
+    json_kv_str(w, "algorithm", fs->algorithm);
     json_key(w, "zipLevel"); json_i64(w, fs->level);
     json_key(w, "logicalBlockSize"); json_i64(w, fs->log2bs);
-    json_key(w, "blocks"); json_u64(w, fs->blocks);
-    json_key(w, "rawBlocks"); json_u64(w, fs->raw_blocks);
-    json_key(w, "holeBlocks"); json_u64(w, fs->hole_blocks);
+    json_kv_u64(w, "blocks", fs->blocks);
+    json_kv_u64(w, "rawBlocks", fs->raw_blocks);
+    json_kv_u64(w, "holeBlocks", fs->hole_blocks);
     json_key(w, "ratio"); json_double(w, fs->ratio);
-    json_key(w, "backingSize"); json_u64(w, fs->backing_size);
-    json_key(w, "backingAlloc"); json_u64(w, fs->backing_alloc);
+    json_kv_u64(w, "backingSize", fs->backing_size);
+    json_kv_u64(w, "backingAlloc", fs->backing_alloc);
     json_key(w, "auto"); json_bool(w, fs->is_auto);
     json_key(w, "packed"); json_bool(w, fs->packed);
     if (fs->pack[0]) {
-        json_key(w, "pack"); json_str(w, fs->pack);
+        json_kv_str(w, "pack", fs->pack);
     }
     json_end_obj(w);
 }

@@ -106,19 +106,13 @@ static void json_change(tier_ctx *x, const char *path, const status *st,
                         const char *result, uint64_t after, const char *after_key)
 {
     json_begin_obj(&x->w);
-    json_key(&x->w, "path");
-    json_str(&x->w, path);
-    json_key(&x->w, "from");
-    json_str(&x->w, st->from);
-    json_key(&x->w, "to");
-    json_str(&x->w, st->to);
-    json_key(&x->w, "result");
-    json_str(&x->w, result);
-    json_key(&x->w, "bytes_before");
-    json_u64(&x->w, st->backing);
+    json_kv_str(&x->w, "path", path);
+    json_kv_str(&x->w, "from", st->from);
+    json_kv_str(&x->w, "to", st->to);
+    json_kv_str(&x->w, "result", result);
+    json_kv_u64(&x->w, "bytes_before", st->backing);
     if (after_key) {
-        json_key(&x->w, after_key);
-        json_u64(&x->w, after);
+        json_kv_u64(&x->w, after_key, after);
     }
     json_end_obj(&x->w);
 }
@@ -297,20 +291,13 @@ int cmd_tier(int argc, char **argv)
         json_end_arr(&x.w);
         json_key(&x.w, "dry_run");
         json_bool(&x.w, x.dry_run);
-        json_key(&x.w, "scanned");
-        json_u64(&x.w, x.scanned);
-        json_key(&x.w, "files");
-        json_u64(&x.w, x.files);
-        json_key(&x.w, "bytes_before");
-        json_u64(&x.w, x.before);
-        json_key(&x.w, x.dry_run ? "estimated_bytes_after" : "bytes_after");
-        json_u64(&x.w, x.after);
-        json_key(&x.w, "skipped");
-        json_u64(&x.w, x.skipped);
-        json_key(&x.w, "abandoned");
-        json_u64(&x.w, x.abandoned);
-        json_key(&x.w, "failed");
-        json_u64(&x.w, x.failed);
+        json_kv_u64(&x.w, "scanned", x.scanned);
+        json_kv_u64(&x.w, "files", x.files);
+        json_kv_u64(&x.w, "bytes_before", x.before);
+        json_kv_u64(&x.w, x.dry_run ? "estimated_bytes_after" : "bytes_after", x.after);
+        json_kv_u64(&x.w, "skipped", x.skipped);
+        json_kv_u64(&x.w, "abandoned", x.abandoned);
+        json_kv_u64(&x.w, "failed", x.failed);
         json_key(&x.w, "seconds");
         json_double(&x.w, secs);
         json_end_obj(&x.w);

@@ -56,20 +56,16 @@ static void json_file(verify_ctx *x, const char *path, const char *status,
                       uint64_t tail, const char *error)
 {
     json_begin_obj(&x->jw);
-    json_key(&x->jw, "path");
-    json_str(&x->jw, path);
-    json_key(&x->jw, "status");
-    json_str(&x->jw, status);
+    json_kv_str(&x->jw, "path", path);
+    json_kv_str(&x->jw, "status", status);
     json_key(&x->jw, "problems");
     json_begin_arr(&x->jw);
     for (size_t i = 0; i < x->nmsgs; i++)
         json_str(&x->jw, x->msgs[i]);
     json_end_arr(&x->jw);
-    json_key(&x->jw, "uncommitted_tail_bytes");
-    json_u64(&x->jw, tail);
+    json_kv_u64(&x->jw, "uncommitted_tail_bytes", tail);
     if (error) {
-        json_key(&x->jw, "error");
-        json_str(&x->jw, error);
+        json_kv_str(&x->jw, "error", error);
     }
     json_end_obj(&x->jw);
     for (size_t i = 0; i < x->nmsgs; i++)
@@ -361,20 +357,13 @@ int cmd_verify(int argc, char **argv)
                                       : CLI_OK;
     if (x.json) {
         json_end_arr(&x.jw);
-        json_key(&x.jw, "checked");
-        json_u64(&x.jw, x.checked);
-        json_key(&x.jw, "damaged");
-        json_u64(&x.jw, x.damaged);
-        json_key(&x.jw, "uncommitted_tails");
-        json_u64(&x.jw, x.tails);
-        json_key(&x.jw, "skipped");
-        json_u64(&x.jw, x.skipped);
-        json_key(&x.jw, "leftovers");
-        json_u64(&x.jw, x.leftovers);
-        json_key(&x.jw, "leftover_bytes");
-        json_u64(&x.jw, x.leftover_bytes);
-        json_key(&x.jw, "errors");
-        json_u64(&x.jw, x.errors);
+        json_kv_u64(&x.jw, "checked", x.checked);
+        json_kv_u64(&x.jw, "damaged", x.damaged);
+        json_kv_u64(&x.jw, "uncommitted_tails", x.tails);
+        json_kv_u64(&x.jw, "skipped", x.skipped);
+        json_kv_u64(&x.jw, "leftovers", x.leftovers);
+        json_kv_u64(&x.jw, "leftover_bytes", x.leftover_bytes);
+        json_kv_u64(&x.jw, "errors", x.errors);
         json_key(&x.jw, "exit_status");
         json_i64(&x.jw, rc);
         json_end_obj(&x.jw);

@@ -270,6 +270,20 @@ int cli_ctr_fill(sqz_ctr *dst, cli_src *src, int threads, cli_progress *pg)
     return r;
 }
 
+int cli_ctr_write(sqz_ctr *dst, cli_src *src, int threads, cli_progress *pg,
+                  const tree_at *at, const struct stat *st)
+{
+    int r = cli_ctr_fill(dst, src, threads, pg);
+    if (r == 0)
+        r = sqz_ctr_checkpoint(dst);
+    if (r == 0)
+        r = sqz_ctr_sync(dst, 0);
+    if (r == 0)
+        r = cli_copy_meta_at(at, st, sqz_ctr_fd(dst), NULL);
+    int rc = sqz_ctr_close(dst);
+    return r == 0 ? rc : r;
+}
+
 /* ---- read back ---- */
 
 typedef struct read_job {

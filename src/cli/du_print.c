@@ -84,15 +84,15 @@ static void packs_row(const du_packs *p)
 
 static void json_fig_fields(json_w *w, const du_fig *f)
 {
-    json_key(w, "files"); json_u64(w, f->files);
-    json_key(w, "logical_bytes"); json_u64(w, f->logical);
-    json_key(w, "stored_bytes"); json_u64(w, f->stored);
-    json_key(w, "disk_bytes"); json_u64(w, f->disk);
+    json_kv_u64(w, "files", f->files);
+    json_kv_u64(w, "logical_bytes", f->logical);
+    json_kv_u64(w, "stored_bytes", f->stored);
+    json_kv_u64(w, "disk_bytes", f->disk);
     json_key(w, "ratio"); json_double(w, ratio(f->logical, f->stored));
     json_key(w, "disk_ratio"); json_double(w, ratio(f->logical, f->disk));
-    json_key(w, "blocks"); json_u64(w, f->blocks);
-    json_key(w, "raw_blocks"); json_u64(w, f->raw_blocks);
-    json_key(w, "hole_blocks"); json_u64(w, f->hole_blocks);
+    json_kv_u64(w, "blocks", f->blocks);
+    json_kv_u64(w, "raw_blocks", f->raw_blocks);
+    json_kv_u64(w, "hole_blocks", f->hole_blocks);
 }
 
 static void json_fig(json_w *w, const char *key, const du_fig *f)
@@ -125,21 +125,21 @@ void du_print_json(const du_ctx *x, int npaths, char **paths,
     json_fig(&w, "packed", &x->packed);
     json_key(&w, "packs");
     json_begin_obj(&w);
-    json_key(&w, "count"); json_u64(&w, x->packs.count);
-    json_key(&w, "bytes"); json_u64(&w, x->packs.bytes);
-    json_key(&w, "disk_bytes"); json_u64(&w, x->packs.disk);
+    json_kv_u64(&w, "count", x->packs.count);
+    json_kv_u64(&w, "bytes", x->packs.bytes);
+    json_kv_u64(&w, "disk_bytes", x->packs.disk);
     json_end_obj(&w);
-    json_key(&w, "directories"); json_u64(&w, x->dirs);
-    json_key(&w, "symlinks"); json_u64(&w, x->symlinks);
-    json_key(&w, "other"); json_u64(&w, x->other);
-    json_key(&w, "damaged"); json_u64(&w, x->damaged);
-    json_key(&w, "unreadable"); json_u64(&w, x->unreadable);
+    json_kv_u64(&w, "directories", x->dirs);
+    json_kv_u64(&w, "symlinks", x->symlinks);
+    json_kv_u64(&w, "other", x->other);
+    json_kv_u64(&w, "damaged", x->damaged);
+    json_kv_u64(&w, "unreadable", x->unreadable);
     json_key(&w, "problems");
     json_begin_arr(&w);
     for (size_t i = 0; i < x->nproblems; i++) {
         json_begin_obj(&w);
-        json_key(&w, "path"); json_str(&w, x->problems[i].path);
-        json_key(&w, "error"); json_str(&w, x->problems[i].what);
+        json_kv_str(&w, "path", x->problems[i].path);
+        json_kv_str(&w, "error", x->problems[i].what);
         json_end_obj(&w);
     }
     json_end_arr(&w);
@@ -149,11 +149,11 @@ void du_print_json(const du_ctx *x, int npaths, char **paths,
         for (size_t i = 0; i < x->ndirs; i++) {
             const du_dir *d = &x->dirv[i];
             json_begin_obj(&w);
-            json_key(&w, "path"); json_str(&w, d->path);
+            json_kv_str(&w, "path", d->path);
             json_key(&w, "top_level"); json_bool(&w, d->top);
             json_fig_fields(&w, &d->f);
-            json_key(&w, "damaged"); json_u64(&w, d->damaged);
-            json_key(&w, "unreadable"); json_u64(&w, d->unreadable);
+            json_kv_u64(&w, "damaged", d->damaged);
+            json_kv_u64(&w, "unreadable", d->unreadable);
             json_end_obj(&w);
         }
         json_end_arr(&w);

@@ -128,3 +128,15 @@ void json_bool(json_w *w, bool v)
     value_prefix(w);
     fputs(v ? "true" : "false", w->out);
 }
+
+void json_kv_u64(json_w *w, const char *key, uint64_t v)
+{
+    json_key(w, key);
+    json_u64(w, v);
+}
+
+void json_kv_str(json_w *w, const char *key, const char *s)
+{
+    json_key(w, key);
+    json_str(w, s);
+}

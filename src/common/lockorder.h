@@ -34,8 +34,8 @@ enum sqz_lock_rank {
     SQZ_RANK_DIRHANDLE = 20,  /* sqz_dirhandle.lock */
     SQZ_RANK_IO = 30,         /* sqz_inode.io (rwlock) */
     SQZ_RANK_DURABLE = 40,    /* sqz_durable.mu (durable.c) */
-    SQZ_RANK_REVAL = 45,      /* sqz_reval.mu (revalidate.c) */
-    SQZ_RANK_TIER = 47,       /* sqz_tier.mu (tier.c) */
+    SQZ_RANK_REVAL = 45,      /* sqz_reval.bg.mu (revalidate.c) */
+    SQZ_RANK_TIER = 47,       /* sqz_tier.bg.mu (tier.c) */
     SQZ_RANK_PACKGC = 48,     /* sqz_pack_gc.mu (pack_gc.c) */
     SQZ_RANK_ITABLE = 50,     /* sqz_fs.itable_lock */
     SQZ_RANK_META = 60,       /* sqz_inode.meta */

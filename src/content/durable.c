@@ -25,8 +25,8 @@
 #include "node/inode.h"
 #include "node/ptimes.h"
 #include "pack/packing.h"
+#include "common/bgthread.h"
 #include "common/lockorder.h"
-#include "common/timedwait.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,12 +47,11 @@
 
 struct sqz_durable {
     pthread_mutex_t mu;
-    pthread_cond_t wake;    /* the thread: stop, or the queue is long */
+    sqz_bgthread bg;        /* the thread (sleeps under mu); bg.wake: stop,
+                             * or the queue is long */
     pthread_cond_t room;    /* closers waiting for the queue to shrink */
     struct sqz_inode **q;
     size_t n, cap;
-    int stop, started;
-    pthread_t th;
     int use_syncfs;
     int root_fd;
     /* statistics (mu) */
@@ -282,7 +281,7 @@ static int run_batch(struct sqz_fs *fs, int final)
 static int queue_full(struct sqz_durable *d)
 {
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
-    int full = d->n >= SQZ_DURABLE_KICK || d->stop;
+    int full = d->n >= SQZ_DURABLE_KICK || d->bg.stop;
     SQZ_MUTEX_UNLOCK(&d->mu);
     return full;
 }
@@ -309,12 +308,9 @@ static void *durable_main(void *arg)
     struct sqz_fs *fs = arg;
     struct sqz_durable *d = fs->durable;
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
-    while (!d->stop) {
-        if (d->n < SQZ_DURABLE_KICK) {
-            sqz_cond_wait_ms(&d->wake, &d->mu, SQZ_DURABLE_DELAY_MS);
-            if (d->stop)
-                break;
-        }
+    while (!d->bg.stop) {
+        if (d->n < SQZ_DURABLE_KICK && !sqz_bg_sleep(&d->bg, SQZ_DURABLE_DELAY_MS))
+            break;
         size_t queued = d->n;
         SQZ_MUTEX_UNLOCK(&d->mu);
         if (queued > 0)
@@ -337,41 +333,27 @@ int sqz_durable_start(struct sqz_fs *fs)
         return -ENOMEM;
     d->root_fd = fs->root_dirfd;
     d->use_syncfs = sqz_backing_local(fs->root_dirfd);
-    int rc = -sqz_cond_init_monotonic(&d->wake);
+    int rc = -sqz_mutex_init(&d->mu);
     if (rc == 0 && (rc = -pthread_cond_init(&d->room, NULL)) < 0)
-        pthread_cond_destroy(&d->wake);
-    if (rc == 0 && (rc = -sqz_mutex_init(&d->mu)) < 0) {
+        pthread_mutex_destroy(&d->mu);
+    if (rc == 0 && (rc = sqz_bg_init(&d->bg, &d->mu, SQZ_RANK_DURABLE)) < 0) {
         pthread_cond_destroy(&d->room);
-        pthread_cond_destroy(&d->wake);
+        pthread_mutex_destroy(&d->mu);
     }
     if (rc < 0) {
         free(d);
         return rc;
     }
     fs->durable = d;
-    if ((rc = -pthread_create(&d->th, NULL, durable_main, fs)) < 0) {
+    if ((rc = sqz_bg_start(&d->bg, durable_main, fs)) < 0) {
         fs->durable = NULL;
+        sqz_bg_destroy(&d->bg);
         pthread_mutex_destroy(&d->mu);
         pthread_cond_destroy(&d->room);
-        pthread_cond_destroy(&d->wake);
         free(d);
         return rc;
     }
-    d->started = 1;
     return 0;
-}
-
-static void stop_thread(struct sqz_durable *d)
-{
-    if (!d->started)
-        return;
-    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
-    d->stop = 1;
-    pthread_cond_signal(&d->wake);
-    pthread_cond_broadcast(&d->room);
-    SQZ_MUTEX_UNLOCK(&d->mu);
-    pthread_join(d->th, NULL);
-    d->started = 0;
 }
 
 int sqz_durable_finish(struct sqz_fs *fs)
@@ -379,7 +361,7 @@ int sqz_durable_finish(struct sqz_fs *fs)
     struct sqz_durable *d = fs->durable;
     if (!d)
         return 0;
-    stop_thread(d);
+    sqz_bg_stop(&d->bg, &d->room); /* closers waiting for room go on */
     /* final mode requeues nothing, so one batch empties the queue */
     int first = run_batch(fs, 1);
     sqz_pack_retry(fs);
@@ -398,9 +380,9 @@ void sqz_durable_free(struct sqz_fs *fs)
         return;
     (void)sqz_durable_finish(fs);
     fs->durable = NULL;
+    sqz_bg_destroy(&d->bg);
     pthread_mutex_destroy(&d->mu);
     pthread_cond_destroy(&d->room);
-    pthread_cond_destroy(&d->wake);
     free(d->q);
     free(d);
 }
@@ -411,8 +393,8 @@ void sqz_durable_wait_room(struct sqz_fs *fs)
     if (!d)
         return;
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
-    while (d->n >= SQZ_DURABLE_MAX && d->started && !d->stop) {
-        pthread_cond_signal(&d->wake);
+    while (d->n >= SQZ_DURABLE_MAX && d->bg.running && !d->bg.stop) {
+        pthread_cond_signal(&d->bg.wake);
         pthread_cond_wait(&d->room, &d->mu);
     }
     SQZ_MUTEX_UNLOCK(&d->mu);
@@ -432,7 +414,7 @@ int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     int rc = requeue_locked(d, in);
     if (rc == 0 && d->n >= SQZ_DURABLE_KICK)
-        pthread_cond_signal(&d->wake);
+        pthread_cond_signal(&d->bg.wake);
     SQZ_MUTEX_UNLOCK(&d->mu);
     if (rc < 0) {
         in->dctr = NULL;

@@ -3,7 +3,6 @@
  * (or at once when the total dirty data is above dirty_bytes_max). */
 #include "engine/engine_int.h"
 #include "common/lockorder.h"
-#include "common/timedwait.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -51,7 +50,7 @@ void sqz_engine_pressure(sqz_engine *e)
     SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
     if (!e->pressure) {
         e->pressure = 1;
-        pthread_cond_signal(&e->flusher_cv);
+        pthread_cond_signal(&e->flusher.wake);
     }
     SQZ_MUTEX_UNLOCK(&e->files_lock);
 }
@@ -106,12 +105,9 @@ static void *flusher_main(void *arg)
     if (tick > 1000)
         tick = 1000;
     SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
-    while (!e->stop) {
-        if (!e->pressure) {
-            sqz_cond_wait_ms(&e->flusher_cv, &e->files_lock, tick);
-            if (e->stop)
-                break;
-        }
+    while (!e->flusher.stop) {
+        if (!e->pressure && !sqz_bg_sleep(&e->flusher, tick))
+            break;
         uint64_t cutoff;
         if (e->pressure) {
             e->pressure = 0;
@@ -171,16 +167,15 @@ int sqz_engine_new(const sqz_engine_opts *o, sqz_engine **out)
         goto fail_cache;
     if ((rc = -pthread_cond_init(&e->files_cv, NULL)) < 0)
         goto fail_mutex;
-    if ((rc = -sqz_cond_init_monotonic(&e->flusher_cv)) < 0)
+    if ((rc = sqz_bg_init(&e->flusher, &e->files_lock, SQZ_RANK_FILES)) < 0)
         goto fail_cv;
-    if ((rc = -pthread_create(&e->flusher, NULL, flusher_main, e)) < 0)
+    if ((rc = sqz_bg_start(&e->flusher, flusher_main, e)) < 0)
         goto fail_fcv;
-    e->flusher_started = 1;
     *out = e;
     return 0;
 
 fail_fcv:
-    pthread_cond_destroy(&e->flusher_cv);
+    sqz_bg_destroy(&e->flusher);
 fail_cv:
     pthread_cond_destroy(&e->files_cv);
 fail_mutex:
@@ -198,14 +193,8 @@ void sqz_engine_free(sqz_engine *e)
 {
     if (!e)
         return;
-    if (e->flusher_started) {
-        SQZ_MUTEX_LOCK(&e->files_lock, SQZ_RANK_FILES);
-        e->stop = 1;
-        pthread_cond_signal(&e->flusher_cv);
-        SQZ_MUTEX_UNLOCK(&e->files_lock);
-        pthread_join(e->flusher, NULL);
-    }
-    pthread_cond_destroy(&e->flusher_cv);
+    sqz_bg_stop(&e->flusher, NULL);
+    sqz_bg_destroy(&e->flusher);
     pthread_cond_destroy(&e->files_cv);
     pthread_mutex_destroy(&e->files_lock);
     sqz_pool_free(e->pool);

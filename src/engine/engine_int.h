@@ -13,6 +13,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
+#include "common/bgthread.h"
 #include "common/lockorder.h"
 #include "engine/cache.h"
 #include "engine/engine.h"
@@ -68,11 +69,10 @@ struct sqz_engine {
 
     pthread_mutex_t files_lock; /* see above */
     pthread_cond_t files_cv;    /* a link's refs dropped */
-    pthread_cond_t flusher_cv;  /* wake the flusher (stop / pressure) */
+    sqz_bgthread flusher;       /* sleeps under files_lock; flusher.wake:
+                                 * stop / pressure */
     sqz_file_link *files;
-    int stop, pressure;
-    int flusher_started;
-    pthread_t flusher;
+    int pressure;
 };
 
 /* Monotonic clock in ms (never 0). */

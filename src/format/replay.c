@@ -74,6 +74,13 @@ static int commit_prefix(const uint8_t *pl, uint32_t plen, uint64_t *len,
     return 0;
 }
 
+/* Whether the DATA record d is the block the COMMIT entry w lists. */
+static int same_block(const sqz_wire_entry *d, const sqz_wire_entry *w)
+{
+    return d->idx == w->idx && d->kind == w->kind && d->e.off == w->e.off &&
+           d->e.len == w->e.len && d->e.crc == w->e.crc;
+}
+
 /* Set the entries of a checked COMMIT payload and its length. */
 static int commit_set(sqz_state *st, int log2bs, const uint8_t *pl,
                       uint32_t n, uint64_t len)
@@ -116,9 +123,7 @@ static int apply_commit(sqz_state *st, const sqz_header *h, const uint8_t *pl,
             continue;
         if (k >= pd->n)
             return 0;
-        const sqz_wire_entry *d = &pd->v[k++].w;
-        if (d->idx != w.idx || d->kind != w.kind || d->e.off != w.e.off ||
-            d->e.len != w.e.len || d->e.crc != w.e.crc)
+        if (!same_block(&pd->v[k++].w, &w))
             return 0;
     }
     if (k != pd->n)
@@ -243,9 +248,7 @@ static int apply_commit_damaged(sqz_state *st, const sqz_header *h,
         while (k < pd->n && pd->v[k].w.e.off + pd->v[k].size <= w.e.off)
             k++;
         if (k < pd->n && pd->v[k].w.e.off < wend) {
-            const sqz_wire_entry *d = &pd->v[k].w;
-            if (d->e.off != w.e.off || d->idx != w.idx || d->kind != w.kind ||
-                d->e.len != w.e.len || d->e.crc != w.e.crc)
+            if (!same_block(&pd->v[k].w, &w))
                 return 0;
             k++;
         } else {
@@ -331,6 +334,225 @@ static int leave_durable(sqz_state *st, pending *pd, uint64_t durable,
     return 2;
 }
 
+/* One replay's state while it walks the log. */
+typedef struct replay {
+    const sqz_header *h;
+    const char *label;
+    sqz_state *st;
+    scanner sc;
+    pending pd;
+    int log2bs;
+    uint64_t log0;    /* where the log starts (sqz_log_start) */
+    uint64_t durable; /* before it an invalid record is damage */
+    uint64_t budget;  /* bytes resynchronising may still read */
+    uint64_t unknown; /* damage hiding blocks of a lost transaction */
+} replay;
+
+/* Where the synced part of the log ends (rp->durable), from the anchors'
+ * durable mark; a file shorter than it is damage. lenient_to > the mark:
+ * treat the log up to it like the synced part. */
+static void replay_bounds(replay *rp, uint64_t file_size, uint64_t lenient_to)
+{
+    sqz_state *st = rp->st;
+    /* Before the durable mark every record was fdatasync'ed: an invalid one
+     * there is damage (skipped, replay goes on), after it a torn tail. */
+    uint64_t durable = st->durable_end;
+    if (durable < st->ckpt_end)
+        durable = st->ckpt_end;
+    if (durable > file_size) {
+        sqz_logf(SQZ_LOG_ERR, "%s: the file ends at %llu, before the end of its synced "
+                    "log (%llu)", SQZ_LBL(rp->label), (unsigned long long)file_size,
+                 (unsigned long long)durable);
+        durable = file_size & ~(uint64_t)7; /* records are 8-aligned */
+        note_damage(st, durable, st->durable_end - durable);
+    }
+    st->durable_end = durable;
+    if (lenient_to > durable && lenient_to <= file_size)
+        durable = lenient_to;
+    rp->durable = durable;
+}
+
+/* leave_durable, with a refusal as -EBADMSG (rp->unknown set). */
+static int replay_leave(replay *rp)
+{
+    int r = leave_durable(rp->st, &rp->pd, rp->durable, rp->log2bs, rp->label);
+    if (r == 2) {
+        rp->unknown = rp->durable;
+        r = -EBADMSG;
+    }
+    return r;
+}
+
+/* A valid DATA record at pos: pending until its COMMIT. skip_to: the
+ * transaction the record may follow (st->txn unless a gap is allowed).
+ * 1 taken, 0 invalid here, <0 error. */
+static int replay_data(replay *rp, const sqz_rec_hdr *rh, const uint8_t *pl,
+                       uint64_t pos, uint64_t total, int lenient, uint64_t skip_to)
+{
+    sqz_state *st = rp->st;
+    pending *pd = &rp->pd;
+    sqz_wire_entry w;
+    uint64_t last = pd->n ? pd->v[pd->n - 1].txn : st->txn + 1;
+    int ok;
+    if (lenient)
+        ok = rh->seq > st->txn && rh->seq >= last;
+    else
+        ok = rh->seq == skip_to + 1;
+    ok = ok && data_record(pl, rh->plen, pos, rp->log2bs, rp->log0, &w) == 0;
+    if (!ok)
+        return 0;
+    if (skip_to != st->txn) {
+        st->lost_commits += skip_to - st->txn;
+        st->txn = skip_to;
+    }
+    int r = pending_push(pd, &w, rh->seq, total);
+    return r < 0 ? r : 1;
+}
+
+/* A valid COMMIT record at pos: apply its transaction. 1 applied, 0
+ * invalid here, <0 error (-EBADMSG with rp->unknown set: a lost
+ * transaction's blocks cannot be identified). */
+static int replay_commit(replay *rp, const sqz_rec_hdr *rh, const uint8_t *pl,
+                         uint64_t pos, uint64_t total, int lenient, uint64_t skip_to)
+{
+    sqz_state *st = rp->st;
+    int a;
+    if (lenient) {
+        a = apply_commit_damaged(st, rp->h, pl, rh->plen, pos, rh->seq, &rp->pd,
+                                 rp->label);
+        if (a == 2) {
+            rp->unknown = pos;
+            a = -EBADMSG;
+        }
+    } else if (rh->seq != skip_to + 1) {
+        a = 0;
+    } else {
+        uint64_t was = st->txn;
+        st->txn = skip_to;
+        a = apply_commit(st, rp->h, pl, rh->plen, pos, &rp->pd);
+        if (a <= 0)
+            st->txn = was;
+        else
+            st->lost_commits += skip_to - was;
+    }
+    if (a > 0) {
+        rp->pd.n = 0;
+        st->valid_end = pos + total;
+    }
+    return a;
+}
+
+/* A valid CHECKPOINT record at pos: it replaces the index. 1 taken, 0
+ * invalid here, <0 error. */
+static int replay_checkpoint(replay *rp, const sqz_rec_hdr *rh, const uint8_t *pl,
+                             uint64_t pos, uint64_t total, int lenient,
+                             uint64_t skip_to)
+{
+    sqz_state *st = rp->st;
+    pending *pd = &rp->pd;
+    int ok;
+    if (lenient) {
+        /* a checkpoint holds everything up to its txn */
+        ok = rh->seq >= st->txn && (!pd->n || pd->v[pd->n - 1].txn <= rh->seq);
+    } else {
+        ok = rh->seq == skip_to && !pd->n;
+    }
+    if (!ok)
+        return 0;
+    sqz_index nix;
+    uint64_t len;
+    int c = sqz_ckpt_parse(pl, rh->plen, pos, rp->log2bs, rp->log0, &nix, &len);
+    if (c == -ENOMEM)
+        return c;
+    if (c != 0)
+        return 0;
+    sqz_index_free(&st->ix);
+    st->ix = nix;
+    st->length = len;
+    st->txn = rh->seq; /* complete: nothing of a gap is lost */
+    st->ckpt_off = pos;
+    st->ckpt_end = pos + total;
+    st->valid_end = st->ckpt_end;
+    pd->n = 0;
+    return 1;
+}
+
+/* Damage at pos in the synced part of the log: skip to the next valid
+ * record (*pos), logged and noted. 0 or <0 error. */
+static int replay_skip_damage(replay *rp, uint64_t *pos)
+{
+    uint64_t next = rp->durable;
+    int r = sqz_scan_resync(&rp->sc, *pos, rp->durable, rp->h->file_id, &rp->budget,
+                            &next);
+    if (r < 0)
+        return r;
+    sqz_logf(SQZ_LOG_ERR, "%s: damaged log record at offset %llu (synced data): "
+                "%llu bytes skipped, replay continues at offset %llu",
+             SQZ_LBL(rp->label), (unsigned long long)*pos,
+             (unsigned long long)(next - *pos), (unsigned long long)next);
+    note_damage(rp->st, *pos, next - *pos);
+    *pos = next;
+    return 0;
+}
+
+/* Walk the log from the checkpoint to the end of the file or of the valid
+ * records, skipping damage in the synced part. 0 or <0 error. */
+static int replay_log(replay *rp, uint64_t file_size)
+{
+    sqz_state *st = rp->st;
+    uint64_t pos = st->ckpt_end;
+    int r = 0, damaged = 0, left = 0, gap_ok = 0;
+    while (pos <= file_size && file_size - pos >= SQZ_REC_HDR) {
+        if (damaged && !left && pos >= rp->durable) {
+            left = 1;
+            gap_ok = pos == rp->durable;
+            if ((r = replay_leave(rp)) < 0)
+                return r;
+        }
+        int in_durable = pos < rp->durable;
+        int lenient = damaged && in_durable;
+        const uint8_t *rec;
+        sqz_rec_hdr rh;
+        uint64_t total = 0;
+        int ok = sqz_scan_record(&rp->sc, pos, in_durable ? rp->durable : file_size,
+                                 rp->h->file_id, &rh, &rec, &total);
+        if (ok < 0)
+            return ok;
+        /* the first record right at the durable mark after damage may
+         * follow lost transactions */
+        uint64_t skip_to = st->txn;
+        if (ok && gap_ok && rh.seq > st->txn + (rh.type != SQZ_REC_CHECKPOINT))
+            skip_to = rh.seq - (rh.type != SQZ_REC_CHECKPOINT);
+        gap_ok = 0;
+        const uint8_t *pl = ok ? rec + SQZ_REC_HDR : NULL;
+        if (ok && rh.type == SQZ_REC_DATA)
+            ok = replay_data(rp, &rh, pl, pos, total, lenient, skip_to);
+        else if (ok && rh.type == SQZ_REC_COMMIT)
+            ok = replay_commit(rp, &rh, pl, pos, total, lenient, skip_to);
+        else if (ok)
+            ok = replay_checkpoint(rp, &rh, pl, pos, total, lenient, skip_to);
+        if (ok < 0)
+            return ok;
+        if (ok) {
+            pos += total;
+            continue;
+        }
+        if (!in_durable)
+            break; /* torn or uncommitted tail */
+        if ((r = replay_skip_damage(rp, &pos)) < 0)
+            return r;
+        damaged = 1;
+    }
+    if (pos < rp->durable) {
+        /* a fragment too short for a record */
+        note_damage(st, pos, rp->durable - pos);
+        damaged = 1;
+    }
+    if (damaged && !left)
+        return replay_leave(rp);
+    return 0;
+}
+
 /* One replay. lenient_to > the durable mark: treat the log up to it like
  * the synced part (evidence pass, see sqz_replay). *applied: the end of the
  * last record applied. */
@@ -346,168 +568,20 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
         sqz_index_free(&st->ix);
         return r;
     }
-    int log2bs = h->params.log2bs;
-    scanner sc = {.io = io, .fd = fd, .fsize = file_size};
-    pending pd = {0};
-    uint64_t pos = st->ckpt_end;
-    st->valid_end = pos;
-    /* Before the durable mark every record was fdatasync'ed: an invalid one
-     * there is damage (skipped, replay goes on), after it a torn tail. */
-    uint64_t durable = st->durable_end;
-    if (durable < pos)
-        durable = pos;
-    if (durable > file_size) {
-        sqz_logf(SQZ_LOG_ERR, "%s: the file ends at %llu, before the end of its synced "
-                    "log (%llu)", SQZ_LBL(label), (unsigned long long)file_size,
-                 (unsigned long long)durable);
-        durable = file_size & ~(uint64_t)7; /* records are 8-aligned */
-        note_damage(st, durable, st->durable_end - durable);
-    }
-    st->durable_end = durable;
-    if (lenient_to > durable && lenient_to <= file_size)
-        durable = lenient_to;
-    uint64_t budget = 4 * file_size + (64u << 20);
-    int damaged = 0, left = 0, gap_ok = 0;
-    uint64_t unknown = 0; /* damage hiding blocks of a lost transaction */
-    while (r == 0 && pos <= file_size && file_size - pos >= SQZ_REC_HDR) {
-        if (damaged && !left && pos >= durable) {
-            left = 1;
-            gap_ok = pos == durable;
-            if ((r = leave_durable(st, &pd, durable, log2bs, label)) == 2) {
-                unknown = durable;
-                r = -EBADMSG;
-            }
-            if (r < 0)
-                break;
-        }
-        int in_durable = pos < durable;
-        int lenient = damaged && in_durable;
-        const uint8_t *rec;
-        sqz_rec_hdr rh;
-        uint64_t total = 0;
-        int ok = sqz_scan_record(&sc, pos, in_durable ? durable : file_size,
-                             h->file_id, &rh, &rec, &total);
-        if (ok < 0) {
-            r = ok;
-            break;
-        }
-        /* the first record right at the durable mark after damage may
-         * follow lost transactions */
-        uint64_t skip_to = st->txn;
-        if (ok && gap_ok && rh.seq > st->txn + (rh.type != SQZ_REC_CHECKPOINT))
-            skip_to = rh.seq - (rh.type != SQZ_REC_CHECKPOINT);
-        gap_ok = 0;
-        const uint8_t *pl = ok ? rec + SQZ_REC_HDR : NULL;
-        if (!ok) {
-            /* invalid */
-        } else if (rh.type == SQZ_REC_DATA) {
-            sqz_wire_entry w;
-            uint64_t last = pd.n ? pd.v[pd.n - 1].txn : st->txn + 1;
-            if (lenient)
-                ok = rh.seq > st->txn && rh.seq >= last;
-            else
-                ok = rh.seq == skip_to + 1;
-            ok = ok && data_record(pl, rh.plen, pos, log2bs,
-                                   sqz_log_start(h->version), &w) == 0;
-            if (ok) {
-                if (skip_to != st->txn) {
-                    st->lost_commits += skip_to - st->txn;
-                    st->txn = skip_to;
-                }
-                r = pending_push(&pd, &w, rh.seq, total);
-            }
-        } else if (rh.type == SQZ_REC_COMMIT) {
-            int a;
-            if (lenient) {
-                a = apply_commit_damaged(st, h, pl, rh.plen, pos, rh.seq, &pd,
-                                         label);
-                if (a == 2) {
-                    unknown = pos;
-                    a = -EBADMSG;
-                }
-            } else if (rh.seq != skip_to + 1) {
-                a = 0;
-            } else {
-                uint64_t was = st->txn;
-                st->txn = skip_to;
-                a = apply_commit(st, h, pl, rh.plen, pos, &pd);
-                if (a <= 0)
-                    st->txn = was;
-                else
-                    st->lost_commits += skip_to - was;
-            }
-            if (a < 0)
-                r = a;
-            ok = a > 0;
-            if (ok) {
-                pd.n = 0;
-                st->valid_end = pos + total;
-            }
-        } else {
-            sqz_index nix;
-            uint64_t len;
-            if (lenient) {
-                /* a checkpoint holds everything up to its txn */
-                ok = rh.seq >= st->txn &&
-                     (!pd.n || pd.v[pd.n - 1].txn <= rh.seq);
-            } else {
-                ok = rh.seq == skip_to && !pd.n;
-            }
-            if (ok) {
-                int c = sqz_ckpt_parse(pl, rh.plen, pos, log2bs,
-                                       sqz_log_start(h->version), &nix, &len);
-                if (c == -ENOMEM)
-                    r = c;
-                ok = c == 0;
-            }
-            if (ok) {
-                sqz_index_free(&st->ix);
-                st->ix = nix;
-                st->length = len;
-                st->txn = rh.seq; /* complete: nothing of a gap is lost */
-                st->ckpt_off = pos;
-                st->ckpt_end = pos + total;
-                st->valid_end = st->ckpt_end;
-                pd.n = 0;
-            }
-        }
-        if (r < 0)
-            break;
-        if (ok) {
-            pos += total;
-            continue;
-        }
-        if (!in_durable)
-            break; /* torn or uncommitted tail */
-        /* damage in the synced part of the log */
-        uint64_t next = durable;
-        if ((r = sqz_scan_resync(&sc, pos, durable, h->file_id, &budget, &next)) < 0)
-            break;
-        sqz_logf(SQZ_LOG_ERR, "%s: damaged log record at offset %llu (synced data): "
-                    "%llu bytes skipped, replay continues at offset %llu",
-                 SQZ_LBL(label), (unsigned long long)pos,
-                 (unsigned long long)(next - pos), (unsigned long long)next);
-        note_damage(st, pos, next - pos);
-        damaged = 1;
-        pos = next;
-    }
-    if (r == 0 && pos < durable) {
-        /* a fragment too short for a record */
-        note_damage(st, pos, durable - pos);
-        damaged = 1;
-    }
-    if (r == 0 && damaged && !left &&
-        (r = leave_durable(st, &pd, durable, log2bs, label)) == 2) {
-        unknown = durable;
-        r = -EBADMSG;
-    }
-    free(sc.buf);
-    free(pd.v);
+    replay rp = {.h = h, .label = label, .st = st,
+                 .sc = {.io = io, .fd = fd, .fsize = file_size},
+                 .log2bs = h->params.log2bs, .log0 = sqz_log_start(h->version),
+                 .budget = 4 * file_size + (64u << 20)};
+    st->valid_end = st->ckpt_end;
+    replay_bounds(&rp, file_size, lenient_to);
+    r = replay_log(&rp, file_size);
+    free(rp.sc.buf);
+    free(rp.pd.v);
     if (r < 0) {
-        if (r == -EBADMSG && unknown) {
+        if (r == -EBADMSG && rp.unknown) {
             sqz_logf(SQZ_LOG_ERR, "%s: the damaged log before offset %llu held blocks "
                         "of a lost transaction that cannot be identified",
-                     SQZ_LBL(label), (unsigned long long)unknown);
+                     SQZ_LBL(label), (unsigned long long)rp.unknown);
             sqz_errf(err, errlen, "log damaged (lost transaction's blocks unknown)");
         } else if (r == -EBADMSG) {
             sqz_errf(err, errlen, "file changed while being read");
@@ -517,7 +591,7 @@ int sqz_replay_pass(const sqz_io *io, int fd, const sqz_header *h,
     }
     *applied = st->valid_end;
     /* nothing before the durable mark is ever cut off or overwritten */
-    if (st->valid_end < durable)
-        st->valid_end = durable;
+    if (st->valid_end < rp.durable)
+        st->valid_end = rp.durable;
     return 0;
 }

@@ -13,8 +13,8 @@
 #include "node/inode.h"
 #include "node/push.h"
 #include "content/content.h"
+#include "common/bgthread.h"
 #include "common/lockorder.h"
-#include "common/timedwait.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -24,10 +24,7 @@
 #include <time.h>
 
 struct sqz_reval {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop;
-    pthread_t th;
+    sqz_bgthread bg;    /* bg.mu: the sleep, the stop flag, refreshed */
     uint64_t refreshed; /* views replaced (statistics) */
 };
 
@@ -80,21 +77,18 @@ static void *reval_main(void *arg)
 {
     struct sqz_fs *fs = arg;
     struct sqz_reval *r = fs->reval;
-    SQZ_MUTEX_LOCK(&r->mu, SQZ_RANK_REVAL);
-    while (!r->stop) {
-        sqz_cond_wait_ms(&r->cv, &r->mu, (uint64_t)fs->opts.revalidate_s * 1000);
-        if (r->stop)
-            break;
-        SQZ_MUTEX_UNLOCK(&r->mu);
+    SQZ_MUTEX_LOCK(r->bg.mu, SQZ_RANK_REVAL);
+    while (sqz_bg_sleep(&r->bg, (uint64_t)fs->opts.revalidate_s * 1000)) {
+        SQZ_MUTEX_UNLOCK(r->bg.mu);
         struct changed_list l = {0};
         (void)sqz_itable_foreach(fs, check_one, &l);
         for (size_t i = 0; i < l.n; i++)
             fuse_lowlevel_notify_inval_inode(fs->se, l.v[i], 0, 0);
         free(l.v);
-        SQZ_MUTEX_LOCK(&r->mu, SQZ_RANK_REVAL);
+        SQZ_MUTEX_LOCK(r->bg.mu, SQZ_RANK_REVAL);
         r->refreshed += l.n;
     }
-    SQZ_MUTEX_UNLOCK(&r->mu);
+    SQZ_MUTEX_UNLOCK(r->bg.mu);
     return NULL;
 }
 
@@ -154,18 +148,15 @@ int sqz_revalidate_start(struct sqz_fs *fs)
     struct sqz_reval *r = calloc(1, sizeof(*r));
     if (!r)
         return -ENOMEM;
-    int rc = -sqz_cond_init_monotonic(&r->cv);
-    if (rc == 0 && (rc = -sqz_mutex_init(&r->mu)) < 0)
-        pthread_cond_destroy(&r->cv);
+    int rc = sqz_bg_init(&r->bg, NULL, SQZ_RANK_REVAL);
     if (rc < 0) {
         free(r);
         return rc;
     }
     fs->reval = r;
-    if ((rc = -pthread_create(&r->th, NULL, reval_main, fs)) < 0) {
+    if ((rc = sqz_bg_start(&r->bg, reval_main, fs)) < 0) {
         fs->reval = NULL;
-        pthread_mutex_destroy(&r->mu);
-        pthread_cond_destroy(&r->cv);
+        sqz_bg_destroy(&r->bg);
         free(r);
         return rc;
     }
@@ -177,13 +168,8 @@ void sqz_revalidate_stop(struct sqz_fs *fs)
     struct sqz_reval *r = fs->reval;
     if (!r)
         return;
-    SQZ_MUTEX_LOCK(&r->mu, SQZ_RANK_REVAL);
-    r->stop = 1;
-    pthread_cond_signal(&r->cv);
-    SQZ_MUTEX_UNLOCK(&r->mu);
-    pthread_join(r->th, NULL);
+    sqz_bg_stop(&r->bg, NULL);
     fs->reval = NULL;
-    pthread_mutex_destroy(&r->mu);
-    pthread_cond_destroy(&r->cv);
+    sqz_bg_destroy(&r->bg);
     free(r);
 }

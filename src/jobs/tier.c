@@ -19,7 +19,6 @@
 #include "content/content.h"
 #include "jobs/tier_int.h"
 #include "common/lockorder.h"
-#include "common/timedwait.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -118,7 +117,7 @@ static int name_cmp(const void *x, const void *y)
 
 static int stopped(struct pass *ps)
 {
-    return atomic_load(&ps->t->stop) != 0;
+    return atomic_load(&ps->t->bg.stop) != 0;
 }
 
 /* A file the walk reached: tier it when its policy says it is old. */
@@ -253,19 +252,16 @@ static void *tier_main(void *arg)
     ps->fs = fs;
     ps->t = t;
     ps->pace.rate = t->rate;
-    ps->pace.stop = &t->stop;
+    ps->pace.stop = &t->bg.stop;
     state_load(ps);
     atomic_store(&t->last_pass_end, ps->last_end);
-    SQZ_MUTEX_LOCK(&t->mu, SQZ_RANK_TIER);
-    while (!t->stop_req) {
-        sqz_cond_wait_ms(&t->cv, &t->mu, (uint64_t)t->interval_s * 1000);
-        if (t->stop_req)
-            break;
-        SQZ_MUTEX_UNLOCK(&t->mu);
+    SQZ_MUTEX_LOCK(t->bg.mu, SQZ_RANK_TIER);
+    while (sqz_bg_sleep(&t->bg, (uint64_t)t->interval_s * 1000)) {
+        SQZ_MUTEX_UNLOCK(t->bg.mu);
         run_pass(ps);
-        SQZ_MUTEX_LOCK(&t->mu, SQZ_RANK_TIER);
+        SQZ_MUTEX_LOCK(t->bg.mu, SQZ_RANK_TIER);
     }
-    SQZ_MUTEX_UNLOCK(&t->mu);
+    SQZ_MUTEX_UNLOCK(t->bg.mu);
     free(ps);
     return NULL;
 }
@@ -279,9 +275,7 @@ int sqz_tier_start(struct sqz_fs *fs)
         return -ENOMEM;
     t->interval_s = fs->opts.tier_s;
     t->rate = fs->opts.tier_rate;
-    int rc = -sqz_cond_init_monotonic(&t->cv);
-    if (rc == 0 && (rc = -sqz_mutex_init(&t->mu)) < 0)
-        pthread_cond_destroy(&t->cv);
+    int rc = sqz_bg_init(&t->bg, NULL, SQZ_RANK_TIER);
     if (rc < 0) {
         free(t);
         return rc;
@@ -289,24 +283,15 @@ int sqz_tier_start(struct sqz_fs *fs)
     fs->tier = t;
     if (t->interval_s <= 0)
         return 0;
-    if ((rc = -pthread_create(&t->th, NULL, tier_main, fs)) < 0)
-        return rc; /* the state stays for the counters; freed at teardown */
-    t->th_running = 1;
-    return 0;
+    /* on failure the state stays for the counters; freed at teardown */
+    return sqz_bg_start(&t->bg, tier_main, fs);
 }
 
 void sqz_tier_stop(struct sqz_fs *fs)
 {
     struct sqz_tier *t = fs->tier;
-    if (!t || !t->th_running)
-        return;
-    SQZ_MUTEX_LOCK(&t->mu, SQZ_RANK_TIER);
-    t->stop_req = 1;
-    atomic_store(&t->stop, 1);
-    pthread_cond_signal(&t->cv);
-    SQZ_MUTEX_UNLOCK(&t->mu);
-    pthread_join(t->th, NULL);
-    t->th_running = 0;
+    if (t)
+        sqz_bg_stop(&t->bg, NULL);
 }
 
 void sqz_tier_free(struct sqz_fs *fs)
@@ -316,8 +301,7 @@ void sqz_tier_free(struct sqz_fs *fs)
         return;
     sqz_tier_stop(fs);
     fs->tier = NULL;
-    pthread_mutex_destroy(&t->mu);
-    pthread_cond_destroy(&t->cv);
+    sqz_bg_destroy(&t->bg);
     free(t);
 }
 

@@ -1,11 +1,12 @@
 /* Age-based tiering, shared between tier_job.c (one file: its status, the
  * online rewrite) and tier.c (the background pass, the counters).
- * Internal header; docs in tier.c. Locks: sqz_tier.mu (docs/LOCKING.md)
+ * Internal header; docs in tier.c. Locks: sqz_tier.bg.mu (docs/LOCKING.md)
  * guards only the thread's stop flag and sleep; counters are atomics. */
 #ifndef SQZ_JOBS_TIER_INT_H
 #define SQZ_JOBS_TIER_INT_H
 
 #include "jobs/tier.h"
+#include "common/bgthread.h"
 
 /* Where a file stands (sqz_tier_status.state). */
 enum sqz_tier_state {
@@ -46,13 +47,9 @@ struct sqz_tier_pace {
 };
 
 struct sqz_tier {
-    /* sqz_tier.mu: the thread's sleep and stop */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int stop_req;
-    pthread_t th;
-    int th_running;         /* the thread exists (joined by stop) */
-    atomic_int stop;        /* read by jobs without the mutex */
+    /* the background pass's thread (bg.mu: its sleep and stop); jobs
+     * read bg.stop without the mutex */
+    sqz_bgthread bg;
     /* const after start */
     long long interval_s;   /* tier= (0: no background pass) */
     uint64_t rate;          /* tier_rate= bytes/s (0: unlimited) */

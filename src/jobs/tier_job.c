@@ -576,7 +576,7 @@ int sqz_tier_request_rate(struct sqz_fs *fs, fuse_req_t req,
         return -EISDIR;
     struct job j = {.fs = fs, .in = in, .pace = {.rate = rate, .req = req}};
     if (fs->tier)
-        j.pace.stop = &fs->tier->stop;
+        j.pace.stop = &fs->tier->bg.stop;
     pthread_t th;
     int rc = pthread_create(&th, NULL, job_main, &j);
     if (rc)
