@@ -251,6 +251,25 @@ uint64_t sqz_ctr_tail_bytes(sqz_ctr *c);
  * of it decompressed from one is valid for the other. */
 int sqz_ctr_block_same(sqz_ctr *a, sqz_ctr *b, uint64_t idx);
 
+/* ---- holes and stored blocks (src/format/sparse.c) ---- */
+/* The first block >= from that holds data (data = 1; UINT64_MAX if none)
+ * or is a hole (data = 0; blocks past the end are holes), as committed. */
+uint64_t sqz_ctr_next_block(sqz_ctr *c, uint64_t from, int data);
+/* After blocks were made holes (a punch): if the dead bytes reach a
+ * quarter of the live records (at least 64 KiB), write a checkpoint now,
+ * which releases their space in the backing file (st_blocks drops). 1 if
+ * it did, 0 if not due, or a negative errno. */
+int sqz_ctr_reclaim(sqz_ctr *c);
+/* 1 if a block stored by a is stored the same way by b (same algorithm
+ * and block size: sqz_ctr_stored_get's copy may go into b's commit). */
+int sqz_ctr_same_coding(const sqz_ctr *a, const sqz_ctr *b);
+/* Block idx of c as it is stored (no decompression; the checksum is
+ * checked: -EIO if damaged), prepared as block as_idx for a commit of a
+ * container of the same coding. A hole gives kind 0. Free with
+ * sqz_prepared_free. */
+int sqz_ctr_stored_get(sqz_ctr *c, uint64_t idx, uint64_t as_idx,
+                       sqz_prepared *out);
+
 /* ---- byte level (CLI, tests; simple, not for the hot path) ---- */
 /* Read up to n bytes at off; returns bytes read (0 at/after EOF) or -errno. */
 ssize_t sqz_ctr_pread(sqz_ctr *c, void *buf, size_t n, uint64_t off);

@@ -128,6 +128,19 @@ ssize_t sqz_file_append(sqz_file *f, const void *buf, size_t n,
 /* Shrinking commits at once (new length + zeroed tail block); growing only
  * sets the length, committed with the next commit. */
 int sqz_file_truncate(sqz_file *f, uint64_t length);
+/* SEEK_DATA (hole = 0) / SEEK_HOLE (hole = 1) from off, at block
+ * granularity (a block is a hole if its current content is all zeros,
+ * committed or not; the end of the file is a hole): *out, or -ENXIO (off
+ * at or past the end; SEEK_DATA: no data from off on). */
+int sqz_file_seek(sqz_file *f, uint64_t off, int hole, uint64_t *out);
+/* Zero [off, off + len) (fallocate PUNCH_HOLE / ZERO_RANGE): whole blocks
+ * become holes at once (a commit of hole entries, no data written; their
+ * dirty versions dropped), the partial blocks at either end are rewritten
+ * with zeros as a write would (dirty). Only bytes below the length are
+ * zeroed; without keep_size the length grows to off + len. Space freed
+ * in the backing file is released when due (sqz_ctr_reclaim). */
+int sqz_file_zero_range(sqz_file *f, uint64_t off, uint64_t len,
+                        int keep_size);
 /* Hand dirty data to the backing file (commit, no fsync). */
 int sqz_file_flush(sqz_file *f);
 /* The same for a file compressed again soon (squeezefs packs a small

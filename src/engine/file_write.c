@@ -280,3 +280,131 @@ out:
     SQZ_RWUNLOCK(&f->lock);
     return rc;
 }
+
+/* ---- zero range / punch ---- */
+
+/* Zero bytes [from, to) of block idx (a partial block) as a write would:
+ * in its dirty version, made from its current content. A block whose
+ * current content is a hole needs nothing. f->lock exclusive, no block in
+ * flight. */
+static int zero_part(sqz_file *f, uint64_t idx, size_t from, size_t to)
+{
+    SQZ_ASSERT_EXCL(&f->lock);
+    sqz_cblock *b = dirty_find(f, idx);
+    if (!b) {
+        if ((idx << f->log2bs) >= f->committed_len ||
+            sqz_ctr_next_block(f->c, idx, 1) != idx)
+            return 0;
+        int rc = make_room(f);
+        if (rc < 0)
+            return rc;
+        b = sqz_cblock_new(f->bs, 0);
+        if (!b)
+            return -ENOMEM;
+        b->fid = f->fid;
+        b->idx = idx;
+        if ((rc = load_current_block(f, idx, b->data)) < 0 ||
+            (rc = dirty_insert(f, b)) < 0) {
+            sqz_cblock_put(b);
+            return rc;
+        }
+    }
+    memset(b->data + from, 0, to - from);
+    atomic_fetch_add_explicit(&f->copies, 1, memory_order_relaxed);
+    return 0;
+}
+
+/* Most hole entries per COMMIT of a punch (a crash keeps a prefix of the
+ * punch's commits, as it keeps a prefix of a long write's). */
+#define PUNCH_BATCH 65536u
+
+/* Blocks [fb, lb) become holes: their dirty versions are dropped and the
+ * committed ones replaced by hole entries. f->lock exclusive, no block in
+ * flight. */
+static int punch_blocks(sqz_file *f, uint64_t fb, uint64_t lb)
+{
+    SQZ_ASSERT_EXCL(&f->lock);
+    sqz_engine *e = f->e;
+    size_t i0 = dirty_pos(f, fb), i1 = dirty_pos(f, lb);
+    if (i1 > i0) {
+        for (size_t i = i0; i < i1; i++)
+            sqz_cblock_put(f->dirty[i]);
+        memmove(f->dirty + i0, f->dirty + i1,
+                (f->ndirty - i1) * sizeof *f->dirty);
+        f->ndirty -= i1 - i0;
+        f->dirty_bytes -= (i1 - i0) * f->bs;
+        atomic_fetch_sub(&e->dirty_total, (i1 - i0) * f->bs);
+    }
+    sqz_prepared *p = NULL;
+    int rc = 0;
+    uint64_t at = fb;
+    for (;;) {
+        size_t n = 0;
+        while (n < PUNCH_BATCH) {
+            at = sqz_ctr_next_block(f->c, at, 1);
+            if (at >= lb)
+                break;
+            if (!p && !(p = calloc(PUNCH_BATCH, sizeof *p)))
+                return -ENOMEM;
+            p[n++] = (sqz_prepared){.idx = at, .kind = 0};
+            at++;
+        }
+        if (n == 0)
+            break;
+        if ((rc = sqz_ctr_commit(f->c, p, n, f->committed_len)) < 0)
+            break;
+        for (size_t i = 0; i < n; i++)
+            sqz_cache_drop(e->cache, f->fid, p[i].idx);
+        if (at >= lb)
+            break;
+    }
+    free(p);
+    if (rc == 0 && is_clean(f))
+        atomic_store(&f->link.dirty_since, 0);
+    return rc;
+}
+
+int sqz_file_zero_range(sqz_file *f, uint64_t off, uint64_t len,
+                        int keep_size)
+{
+    uint64_t max = sqz_max_length((int)f->log2bs);
+    if (off > max || len > max - off)
+        return -EFBIG;
+    SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
+    int rc = take_bg_err(f);
+    /* in-flight versions are older than the zeros: committed first */
+    if (rc == 0)
+        rc = sqz_file_commit_inflight(f, 1);
+    uint64_t end = off + len;
+    /* past the length the file reads as zeros already */
+    uint64_t zend = end < f->length ? end : f->length;
+    int punched = 0;
+    if (rc == 0 && off < zend) {
+        uint64_t fb = (off + f->bs - 1) >> f->log2bs, lb = zend >> f->log2bs;
+        size_t mask = f->bs - 1;
+        if (fb > lb) { /* within one block */
+            rc = zero_part(f, lb, off & mask, zend & mask);
+        } else {
+            if (off & mask)
+                rc = zero_part(f, fb - 1, off & mask, f->bs);
+            if (rc == 0 && (zend & mask))
+                rc = zero_part(f, lb, 0, zend & mask);
+            if (rc == 0 && fb < lb) {
+                rc = punch_blocks(f, fb, lb);
+                punched = 1;
+            }
+        }
+    }
+    if (rc == 0 && !keep_size && end > f->length) {
+        f->length = end;
+        mark_length_dirty(f);
+    }
+    SQZ_RWUNLOCK(&f->lock);
+    if (rc == 0 && punched) {
+        int r = sqz_ctr_reclaim(f->c);
+        if (r < 0)
+            sqz_logf(SQZ_LOG_WARN, "punch: reclaiming the space failed: %s",
+                     strerror(-r));
+    }
+    return rc;
+}

@@ -156,6 +156,9 @@ int sqz_index_set(sqz_index *ix, uint64_t idx, const sqz_entry *e,
 int sqz_index_reserve(sqz_index *ix, uint64_t idx);
 /* Remove all blocks >= first; returns the DATA record bytes removed. */
 uint64_t sqz_index_drop_from(sqz_index *ix, uint64_t first);
+/* The first block >= from that is stored (stored = 1; UINT64_MAX if none)
+ * or a hole (stored = 0; always one). Skips whole chunks. */
+uint64_t sqz_index_next(const sqz_index *ix, uint64_t from, int stored);
 /* Call fn for each stored block in ascending block order; stops at and
  * returns the first nonzero result. */
 int sqz_index_each(const sqz_index *ix,

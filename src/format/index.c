@@ -169,3 +169,28 @@ int sqz_index_each(const sqz_index *ix,
     }
     return 0;
 }
+
+uint64_t sqz_index_next(const sqz_index *ix, uint64_t from, int stored)
+{
+    for (uint64_t ci = from >> SQZ_CHUNK_SHIFT; ci < ix->nchunks; ci++) {
+        const sqz_entry *ch = ix->chunks[ci];
+        uint64_t base = ci << SQZ_CHUNK_SHIFT;
+        uint32_t j0 = base < from ? (uint32_t)(from - base) : 0;
+        if (!ch) {
+            if (!stored)
+                return base + j0;
+            continue;
+        }
+        if (stored ? ix->chunk_used[ci] == 0
+                   : ix->chunk_used[ci] == SQZ_CHUNK_ENTRIES)
+            continue;
+        for (uint32_t j = j0; j < SQZ_CHUNK_ENTRIES; j++)
+            if ((ch[j].off != 0) == (stored != 0))
+                return base + j;
+    }
+    if (stored)
+        return UINT64_MAX;
+    /* past the top array: holes */
+    uint64_t top = ix->nchunks << SQZ_CHUNK_SHIFT;
+    return from > top ? from : top;
+}
