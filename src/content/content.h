@@ -92,6 +92,19 @@ int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
 int sqz_content_sync_all(struct sqz_fs *fs);
 
 
+/* content_sparse.c: holes (SEEK_DATA/SEEK_HOLE, punch, zero range) */
+/* 1 if a handle that may write is open on in (takes io shared). */
+int sqz_content_has_writers(struct sqz_inode *in);
+/* lseek SEEK_DATA / SEEK_HOLE from off through a handle (takes io
+ * shared): 0 and *out, -ENXIO, or -errno. */
+int sqz_content_lseek(struct sqz_fs *fs, struct sqz_handle *h, uint64_t off,
+                      int whence, uint64_t *out);
+/* io exclusive, in a container: fallocate PUNCH_HOLE or ZERO_RANGE (mode,
+ * with or without KEEP_SIZE) of [off, off + len). */
+int sqz_content_zero_locked(struct sqz_inode *in, int mode, uint64_t off,
+                            uint64_t len);
+
+
 /* content_pack.c */
 struct sqz_pack_ptr;
 /* Load in->pbuf (io exclusive). 0, -EIO (damaged, logged), -ENODATA. */

@@ -266,7 +266,11 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
                           uint64_t off, uint64_t len)
 {
     struct sqz_inode *in = h->inode;
-    if (mode & ~FALLOC_FL_KEEP_SIZE)
+    int zero = mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE);
+    if ((mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE |
+                  FALLOC_FL_ZERO_RANGE)) ||
+        zero == (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE) ||
+        ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE)))
         return -EOPNOTSUPP;
     if (!h->writable)
         return -EBADF;
@@ -275,6 +279,22 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
         return fallocate(h->plain_fd, mode, (off_t)off, (off_t)len) ? -errno : 0;
     if (off + len < off || off + len > SQZ_MAX_LENGTH)
         return -EFBIG;
+    /* PUNCH_HOLE, ZERO_RANGE (content_sparse.c): whole blocks become
+     * holes, partial ones are rewritten with zeros; a packed file is
+     * unpacked first, as for a write. Nothing to promise about space:
+     * zeros take none. */
+    if (zero) {
+        SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
+        int rc = make_writable_locked(fs, in, NULL, 0);
+        if (rc == 0) {
+            note_write_begin(in);
+            rc = sqz_content_zero_locked(in, mode, off, len);
+            if (rc == 0)
+                note_write(in);
+        }
+        SQZ_RWUNLOCK(&in->io);
+        return rc;
+    }
     /* What it promises (squeezefs(8), NOTES): the bytes it adds past the
      * end of the file (KEEP_SIZE: the whole range) would fit on the
      * backing file system even uncompressed, or ENOSPC; nothing is

@@ -1,5 +1,5 @@
 /* File operations: create, open, read, write, flush, release, fsync,
- * fallocate. The data path lives in content_*.c; this file adapts FUSE
+ * fallocate, lseek. The data path lives in content_*.c; this file adapts FUSE
  * requests to it. */
 #include "daemon/fs.h"
 #include "daemon/mountinfo.h"
@@ -332,6 +332,30 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
     fuse_reply_err(req, -rc);
 }
 
+static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+                     struct fuse_file_info *fi)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_handle *h = handle_of(fi);
+    if (off < 0) {
+        fuse_reply_err(req, ENXIO);
+        return;
+    }
+    /* The kernel asks without writing back its dirty pages first (the
+     * writeback cache): an invalidation of the pages from off on writes
+     * them back (WRITEs handled by other threads, no lock held here)
+     * before the answer is looked up. Only while a handle may write:
+     * dirty pages need one. */
+    if (fs->opts.writeback && fs->se && sqz_content_has_writers(h->inode))
+        fuse_lowlevel_notify_inval_inode(fs->se, ino, off & ~(off_t)4095, 0);
+    uint64_t at = 0;
+    int rc = sqz_content_lseek(fs, h, (uint64_t)off, whence, &at);
+    if (rc < 0)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_lseek(req, (off_t)at);
+}
+
 void sqz_ops_file(struct fuse_lowlevel_ops *ops)
 {
     ops->open = op_open;
@@ -342,4 +366,5 @@ void sqz_ops_file(struct fuse_lowlevel_ops *ops)
     ops->release = op_release;
     ops->fsync = op_fsync;
     ops->fallocate = op_fallocate;
+    ops->lseek = op_lseek;
 }
