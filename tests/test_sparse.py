@@ -283,3 +283,112 @@ def test_punch_a_packed_file(mount_factory):
         assert ei.value.errno == errno.ENXIO
     finally:
         os.close(fd)
+
+
+# ---------------------------------------------------------------- copy_file_range
+
+def copy_all(src, dst, n, off_in=None, off_out=None):
+    """copy_file_range until n bytes or the source's end; bytes copied."""
+    fi = os.open(src, os.O_RDONLY)
+    fo = os.open(dst, os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        done = 0
+        while done < n:
+            r = os.copy_file_range(fi, fo, n - done,
+                                   None if off_in is None else off_in + done,
+                                   None if off_out is None else off_out + done)
+            if r == 0:
+                break
+            done += r
+        return done
+    finally:
+        os.close(fi)
+        os.close(fo)
+
+
+def blocks_compressed(m):
+    from mountlib import mount_stats
+    return mount_stats(m.mnt)["blocks_compressed"]
+
+
+def test_copy_file_range_same_policy_copies_stored_blocks(mount_factory, tmp_path):
+    backing = tmp_path / "b"
+    m = mount_factory(options=["compress=zstd:3/64K"], backing=backing)
+    rnd = random.Random(11)
+    data = b"".join(rnd.choice([bytes(64 * KiB), rnd.randbytes(64 * KiB),
+                                b"abcd" * (16 * KiB)]) for _ in range(40)) + b"tail" * 999
+    with open(m.path("a"), "wb") as f:
+        f.write(data)
+    before = blocks_compressed(m)
+    assert copy_all(m.path("a"), m.path("b"), len(data) + 100) == len(data)
+    # whole blocks went over as stored: only the partial last one compressed
+    assert blocks_compressed(m) - before <= 2
+    with open(m.path("b"), "rb") as f:
+        assert f.read() == data
+    fd = os.open(m.path("b"), os.O_RDONLY)
+    try:
+        check_seeks(fd, data, 64 * KiB, rnd, "copy", k=20)
+    finally:
+        os.close(fd)
+    # over a destination with uncommitted data of its own, at an offset
+    # a block apart, then not block-aligned on both sides (same place in
+    # the block), then at unrelated offsets
+    want = bytearray(rnd.randbytes(5 * 64 * KiB))
+    fo = os.open(m.path("c"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        os.write(fo, want)
+    finally:
+        os.close(fo)
+    cases = [(64 * KiB, 128 * KiB, 3 * 64 * KiB), (1000, 64 * KiB + 1000, 200 * KiB + 5),
+             (12345, 777, 300 * KiB), (len(data) - 5000, 6 * 64 * KiB, 9000)]
+    for off_in, off_out, n in cases:
+        got = copy_all(m.path("a"), m.path("c"), n, off_in, off_out)
+        n = min(n, len(data) - off_in)
+        assert got == n
+        if off_out > len(want):
+            want += bytes(off_out - len(want))
+        want[off_out:off_out + n] = data[off_in:off_in + n]
+        with open(m.path("c"), "rb") as f:
+            assert f.read() == bytes(want), (off_in, off_out, n)
+    # past the source's end: nothing
+    assert copy_all(m.path("a"), m.path("c"), 100, len(data) + 10, 0) == 0
+    m.unmount()
+    m2 = mount_factory(options=["compress=zstd:3/64K"], backing=backing, name="again")
+    for name, content in (("a", data), ("b", data), ("c", bytes(want))):
+        with open(m2.path(name), "rb") as f:
+            assert f.read() == content, name
+    assert run_verify(backing) == 0
+
+
+def run_verify(backing):
+    from mountlib import run_cli
+    return run_cli("verify", backing, check=False).returncode
+
+
+def test_copy_file_range_other_policy_and_same_file(mount_factory):
+    m = mount_factory(options=["compress=zstd:1/64K"])
+    os.mkdir(m.path("lz"))
+    os.setxattr(m.path("lz"), "user.squeezefs.policy", b"lz4/16K")
+    rnd = random.Random(12)
+    data = rnd.randbytes(200 * KiB) + b"xyz" * 100000
+    with open(m.path("a"), "wb") as f:
+        f.write(data)
+    before = blocks_compressed(m)
+    assert copy_all(m.path("a"), m.path("lz/b"), len(data)) == len(data)
+    assert blocks_compressed(m) - before >= len(data) // (16 * KiB) - 1  # recompressed
+    with open(m.path("lz/b"), "rb") as f:
+        assert f.read() == data
+    assert os.getxattr(m.path("lz/b"), "user.squeezefs.stat")  # a container
+    # within one file: not overlapping is a copy, overlapping is EINVAL
+    p = m.path("a")
+    assert copy_all(p, p, 100 * KiB, 0, len(data) + 3) == 100 * KiB
+    want = data + bytes(3) + data[:100 * KiB]
+    with open(p, "rb") as f:
+        assert f.read() == want
+    fd = os.open(p, os.O_RDWR)
+    try:
+        with pytest.raises(OSError) as ei:
+            os.copy_file_range(fd, fd, 64 * KiB, 0, 1000)
+        assert ei.value.errno == errno.EINVAL
+    finally:
+        os.close(fd)

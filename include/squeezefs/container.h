@@ -260,12 +260,9 @@ uint64_t sqz_ctr_next_block(sqz_ctr *c, uint64_t from, int data);
  * which releases their space in the backing file (st_blocks drops). 1 if
  * it did, 0 if not due, or a negative errno. */
 int sqz_ctr_reclaim(sqz_ctr *c);
-/* 1 if a block stored by a is stored the same way by b (same algorithm
- * and block size: sqz_ctr_stored_get's copy may go into b's commit). */
-int sqz_ctr_same_coding(const sqz_ctr *a, const sqz_ctr *b);
 /* Block idx of c as it is stored (no decompression; the checksum is
  * checked: -EIO if damaged), prepared as block as_idx for a commit of a
- * container of the same coding. A hole gives kind 0. Free with
+ * container of the same algorithm and block size (the level may differ). A hole gives kind 0. Free with
  * sqz_prepared_free. */
 int sqz_ctr_stored_get(sqz_ctr *c, uint64_t idx, uint64_t as_idx,
                        sqz_prepared *out);

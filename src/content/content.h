@@ -105,6 +105,15 @@ int sqz_content_zero_locked(struct sqz_inode *in, int mode, uint64_t off,
                             uint64_t len);
 
 
+/* content_copy.c: copy_file_range inside the mount */
+/* Copy [off_in, off_in + len) of hin's file to off_out of hout's (takes
+ * each io in turn): bytes copied (fewer at the source's end, or after an
+ * error once something was copied) or -errno. */
+ssize_t sqz_content_copy_range(struct sqz_fs *fs, struct sqz_handle *hin,
+                               uint64_t off_in, struct sqz_handle *hout,
+                               uint64_t off_out, size_t len);
+
+
 /* content_pack.c */
 struct sqz_pack_ptr;
 /* Load in->pbuf (io exclusive). 0, -EIO (damaged, logged), -ENODATA. */

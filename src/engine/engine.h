@@ -141,6 +141,17 @@ int sqz_file_seek(sqz_file *f, uint64_t off, int hole, uint64_t *out);
  * in the backing file is released when due (sqz_ctr_reclaim). */
 int sqz_file_zero_range(sqz_file *f, uint64_t off, uint64_t len,
                         int keep_size);
+/* Copying whole blocks as stored (copy_file_range, src/engine/file_copy.c)
+ * between two files whose containers have the same algorithm and block
+ * size. Blocks [idx, idx + n) of f (whole blocks below its length; its dirty
+ * data is committed first) as stored, prepared as blocks as_idx.. of
+ * another file: out[n], freed with sqz_prepared_free. 0 or -errno. */
+int sqz_file_stored_get(sqz_file *f, uint64_t idx, size_t n, uint64_t as_idx,
+                        sqz_prepared *out);
+/* Commit p[n] (consecutive blocks from sqz_file_stored_get of a file with
+ * the same coding) into f at once, replacing those blocks whatever their
+ * state (dirty versions dropped); the length grows to cover them. */
+int sqz_file_stored_put(sqz_file *f, sqz_prepared *p, size_t n);
 /* Hand dirty data to the backing file (commit, no fsync). */
 int sqz_file_flush(sqz_file *f);
 /* The same for a file compressed again soon (squeezefs packs a small

@@ -6,6 +6,8 @@
  *   file_write.c   write, append, make room (dirty bounds), truncate
  *   file_commit.c  commits: in-flight batches, commit, flush, fsync and
  *                  the flusher's write-back callback
+ *   file_seek.c    SEEK_DATA / SEEK_HOLE
+ *   file_copy.c    stored blocks copied between files (copy_file_range)
  *
  * Locks: docs/LOCKING.md (f->lock, ra_mu, ld_mu).
  *
@@ -176,6 +178,12 @@ static inline int take_bg_err(sqz_file *f)
     f->bg_err = 0;
     return rc;
 }
+
+/* ---- file_write.c ---- */
+
+/* Drop the dirty versions of blocks lo <= idx < hi (they are replaced by
+ * newer committed ones: a punch, a copy). f->lock exclusive. */
+void sqz_file_drop_dirty(sqz_file *f, uint64_t lo, uint64_t hi);
 
 /* ---- file_commit.c ---- */
 

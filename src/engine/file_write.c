@@ -314,6 +314,20 @@ static int zero_part(sqz_file *f, uint64_t idx, size_t from, size_t to)
     return 0;
 }
 
+void sqz_file_drop_dirty(sqz_file *f, uint64_t lo, uint64_t hi)
+{
+    SQZ_ASSERT_EXCL(&f->lock);
+    size_t i0 = dirty_pos(f, lo), i1 = dirty_pos(f, hi);
+    if (i1 <= i0)
+        return;
+    for (size_t i = i0; i < i1; i++)
+        sqz_cblock_put(f->dirty[i]);
+    memmove(f->dirty + i0, f->dirty + i1, (f->ndirty - i1) * sizeof *f->dirty);
+    f->ndirty -= i1 - i0;
+    f->dirty_bytes -= (i1 - i0) * f->bs;
+    atomic_fetch_sub(&f->e->dirty_total, (i1 - i0) * f->bs);
+}
+
 /* Most hole entries per COMMIT of a punch (a crash keeps a prefix of the
  * punch's commits, as it keeps a prefix of a long write's). */
 #define PUNCH_BATCH 65536u
@@ -325,16 +339,7 @@ static int punch_blocks(sqz_file *f, uint64_t fb, uint64_t lb)
 {
     SQZ_ASSERT_EXCL(&f->lock);
     sqz_engine *e = f->e;
-    size_t i0 = dirty_pos(f, fb), i1 = dirty_pos(f, lb);
-    if (i1 > i0) {
-        for (size_t i = i0; i < i1; i++)
-            sqz_cblock_put(f->dirty[i]);
-        memmove(f->dirty + i0, f->dirty + i1,
-                (f->ndirty - i1) * sizeof *f->dirty);
-        f->ndirty -= i1 - i0;
-        f->dirty_bytes -= (i1 - i0) * f->bs;
-        atomic_fetch_sub(&e->dirty_total, (i1 - i0) * f->bs);
-    }
+    sqz_file_drop_dirty(f, fb, lb);
     sqz_prepared *p = NULL;
     int rc = 0;
     uint64_t at = fb;

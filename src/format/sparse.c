@@ -38,12 +38,6 @@ int sqz_ctr_reclaim(sqz_ctr *c)
     return r;
 }
 
-int sqz_ctr_same_coding(const sqz_ctr *a, const sqz_ctr *b)
-{
-    return a->hdr.params.alg == b->hdr.params.alg &&
-           a->hdr.params.log2bs == b->hdr.params.log2bs;
-}
-
 int sqz_ctr_stored_get(sqz_ctr *c, uint64_t idx, uint64_t as_idx,
                        sqz_prepared *out)
 {

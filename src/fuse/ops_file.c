@@ -1,5 +1,5 @@
 /* File operations: create, open, read, write, flush, release, fsync,
- * fallocate, lseek. The data path lives in content_*.c; this file adapts FUSE
+ * fallocate, lseek, copy_file_range. The data path lives in content_*.c; this file adapts FUSE
  * requests to it. */
 #include "daemon/fs.h"
 #include "daemon/mountinfo.h"
@@ -356,6 +356,30 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
         fuse_reply_lseek(req, (off_t)at);
 }
 
+static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
+                               off_t off_in, struct fuse_file_info *fi_in,
+                               fuse_ino_t ino_out, off_t off_out,
+                               struct fuse_file_info *fi_out, size_t len,
+                               int flags)
+{
+    (void)ino_in;
+    (void)ino_out;
+    if (flags != 0 || off_in < 0 || off_out < 0) {
+        fuse_reply_err(req, EINVAL);
+        return;
+    }
+    /* one WRITE reply's count is 32 bits */
+    if (len > (1u << 30))
+        len = 1u << 30;
+    ssize_t r = sqz_content_copy_range(sqz_fs_of(req), handle_of(fi_in),
+                                       (uint64_t)off_in, handle_of(fi_out),
+                                       (uint64_t)off_out, len);
+    if (r < 0)
+        fuse_reply_err(req, (int)-r);
+    else
+        fuse_reply_write(req, (size_t)r);
+}
+
 void sqz_ops_file(struct fuse_lowlevel_ops *ops)
 {
     ops->open = op_open;
@@ -367,4 +391,5 @@ void sqz_ops_file(struct fuse_lowlevel_ops *ops)
     ops->fsync = op_fsync;
     ops->fallocate = op_fallocate;
     ops->lseek = op_lseek;
+    ops->copy_file_range = op_copy_file_range;
 }
