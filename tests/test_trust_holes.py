@@ -300,6 +300,9 @@ FALLOCATE = ("import ctypes,os,sys\n"
              "libc=ctypes.CDLL(None, use_errno=True)\n"
              "r=libc.fallocate(fd, int(sys.argv[2]), ctypes.c_long(0), ctypes.c_long(65536))\n"
              "assert r == 0, os.strerror(ctypes.get_errno())\n")
+COPY = ("import os,sys\n"
+        "fi=os.open(sys.argv[2], os.O_RDONLY); fo=os.open(sys.argv[1], os.O_WRONLY)\n"
+        "assert os.copy_file_range(fi, fo, 70000, 0, 0) > 0\n")
 DIRECT = ("import mmap,os,sys\n"
           "fd=os.open(sys.argv[1], os.O_RDWR | os.O_DIRECT)\n"
           "b=mmap.mmap(-1, 4096); b.write(b'x' * 4096)\n"
@@ -331,17 +334,25 @@ def test_setid_bits_cleared_by_fallocate_and_direct_writes(public_mount_factory)
     may execute; set-group-ID without group execute stays; root's fallocate
     keeps the bits. Before: fallocate kept them (the kernel leaves the
     clearing to the daemon with FUSE_HANDLE_KILLPRIV_V2 and tells it
-    nothing for FALLOCATE)."""
+    nothing for FALLOCATE). Punching and zeroing (issue 27) and
+    copy_file_range into the file (its destination: the kernel says nothing
+    either) clear them the same way."""
     if os.geteuid() != 0:
         pytest.skip("needs root (a second user)")
     m = public_mount_factory(options=["allow_other"])
-    for fmode in (0, 1):  # allocate, KEEP_SIZE (the modes squeezefs has)
+    # allocate, KEEP_SIZE, PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE (+KEEP_SIZE)
+    for fmode in (0, 1, 3, 0x10, 0x11):
         p = setid_file(m, f"f{fmode}", 0o6775)
         run_as_nobody(FALLOCATE, p, str(fmode))
         assert stat.S_IMODE(os.stat(p).st_mode) == 0o775, fmode
         p = setid_file(m, f"g{fmode}", 0o2664)
         run_as_nobody(FALLOCATE, p, str(fmode))
         assert stat.S_IMODE(os.stat(p).st_mode) == 0o2664, fmode
+    # copy_file_range: the destination's bits, as for a write
+    p = setid_file(m, "cfr", 0o6775)
+    wr(m.path("cfr.src"), b"y" * 70000)
+    run_as_nobody(COPY, p, m.path("cfr.src"))
+    assert stat.S_IMODE(os.stat(p).st_mode) == 0o775
     p = setid_file(m, "root", 0o6775)
     fd = os.open(p, os.O_WRONLY)
     os.posix_fallocate(fd, 0, 65536)

@@ -9,9 +9,10 @@
  *   WRITE    write_flags & FUSE_WRITE_KILL_SUIDGID (writer lacks CAP_FSETID)
  *   SETATTR  valid & FATTR_KILL_SUIDGID             (truncate, same)
  *   OPEN     open_flags & FUSE_OPEN_KILL_SUIDGID    (O_TRUNC, same)
- * (a direct write carries the WRITE flag too). FALLOCATE carries no such
- * flag: the kernel's file_modified() hands the clearing to the daemon and
- * says nothing, so the daemon asks the caller's CAP_FSETID itself
+ * (a direct write carries the WRITE flag too). FALLOCATE and
+ * COPY_FILE_RANGE (its destination) carry no such flag: the kernel's
+ * file_modified() hands the clearing to the daemon and says nothing, so
+ * the daemon asks the caller's CAP_FSETID itself
  * (/proc/PID/status), as the VFS's should_remove_suid does for a local
  * file system's fallocate.
  * squeezefs stores no security.* xattrs (setxattr refuses them), so there
@@ -162,6 +163,7 @@ static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
     memcpy(&h, buf, sizeof h);
     const unsigned char *arg = buf + sizeof h;
     size_t an = n - sizeof h;
+    uint64_t node = h.nodeid;
     int kill = 0;
     switch (h.opcode) {
     case FUSE_INIT: {
@@ -198,12 +200,27 @@ static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
         break;
     }
     case FUSE_FALLOCATE: {
-        /* only the modes that succeed (content_io.c: allocate, KEEP_SIZE) */
+        /* only the modes that succeed (content_io.c: allocate, KEEP_SIZE,
+         * PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE with or without KEEP_SIZE) */
         struct fuse_fallocate_in f;
         if (an >= sizeof f) {
             memcpy(&f, arg, sizeof f);
+            uint32_t m = f.mode & ~(uint32_t)FALLOC_FL_KEEP_SIZE;
+            int ok = m == 0 || m == FALLOC_FL_ZERO_RANGE ||
+                     (m == FALLOC_FL_PUNCH_HOLE &&
+                      (f.mode & FALLOC_FL_KEEP_SIZE));
             /* 2: if the caller lacks CAP_FSETID (asked of /proc) */
-            kill = !(f.mode & ~(uint32_t)FALLOC_FL_KEEP_SIZE) ? 2 : 0;
+            kill = ok ? 2 : 0;
+        }
+        break;
+    }
+    case FUSE_COPY_FILE_RANGE: {
+        /* the destination, told nothing either (file_modified) */
+        struct fuse_copy_file_range_in c;
+        if (an >= sizeof c) {
+            memcpy(&c, arg, sizeof c);
+            node = c.nodeid_out;
+            kill = c.flags == 0 ? 2 : 0;
         }
         break;
     }
@@ -211,7 +228,7 @@ static void inspect(struct sqz_fs *fs, const unsigned char *buf, size_t n)
         return;
     }
     if (kill && atomic_load(&g_enabled) && !fs->opts.ro)
-        kill_suidgid(fs, sqz_inode_of(fs, (fuse_ino_t)h.nodeid), h.pid, h.uid,
+        kill_suidgid(fs, sqz_inode_of(fs, (fuse_ino_t)node), h.pid, h.uid,
                      kill == 2);
 }
 
