@@ -3,8 +3,8 @@
 
 One file on the file system under test (normally a squeezefs mount) is
 driven by a deterministic random sequence of operations -- read, write,
-append (O_APPEND fd), truncate up/down, fallocate (extending and
-KEEP_SIZE), mmap read, shared mmap write + msync, fsync, fdatasync,
+append (O_APPEND fd), truncate up/down, fallocate (extending, KEEP_SIZE,
+PUNCH_HOLE|KEEP_SIZE, ZERO_RANGE with and without KEEP_SIZE), mmap read, shared mmap write + msync, fsync, fdatasync,
 close+reopen, stat -- and every operation is mirrored on a shadow file in a
 plain directory. Every read (pread and mmap) is compared byte-for-byte with
 the shadow; the whole file is compared every `check_every` operations, after
@@ -35,6 +35,8 @@ import time
 
 PAGE = mmap.PAGESIZE
 FALLOC_FL_KEEP_SIZE = 1
+FALLOC_FL_PUNCH_HOLE = 2
+FALLOC_FL_ZERO_RANGE = 0x10
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
@@ -58,6 +60,8 @@ DEFAULT_WEIGHTS = {
     "truncate_up": 30,
     "fallocate": 20,
     "fallocate_keep": 10,
+    "punch": 12,
+    "zero_range": 12,
     "mapread": 15,
     "mapwrite": 15,
     "fsync": 12,
@@ -298,6 +302,28 @@ class Fsx:
         st = os.fstat(self.fd).st_size
         if st != size:
             self.fail(f"fallocate KEEP_SIZE changed the size: {size} -> {st}")
+
+    def _zero(self, mode, what):
+        size = self.size()
+        off = self.offset(min(self.maxlen - 1, size + 65536))
+        n = min(self.length(), self.maxlen - off)
+        self.note(f"{what} {off} {n} (size {size})")
+        try:
+            fallocate(self.fd, mode, off, n)
+        except OSError as e:
+            self.fail(f"fallocate({what}, {off}, {n}) failed: {e}")
+        fallocate(self.sfd, mode, off, n)
+        st = os.fstat(self.fd).st_size
+        if st != self.size():
+            self.fail(f"size after {what} is {st}, expected {self.size()}")
+
+    def op_punch(self):
+        self._zero(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, "punch")
+
+    def op_zero_range(self):
+        keep = self.rng.random() < 0.5
+        self._zero(FALLOC_FL_ZERO_RANGE | (FALLOC_FL_KEEP_SIZE if keep else 0),
+                   "zero_range" + (" KEEP_SIZE" if keep else ""))
 
     def op_mapread(self):
         size = self.size()
