@@ -285,15 +285,16 @@ out:
 
 /* Zero bytes [from, to) of block idx (a partial block) as a write would:
  * in its dirty version, made from its current content. A block whose
- * current content is a hole needs nothing. f->lock exclusive, no block in
- * flight. */
+ * current content is a committed hole needs nothing. f->lock exclusive
+ * (make_room may have put dirty blocks in flight). */
 static int zero_part(sqz_file *f, uint64_t idx, size_t from, size_t to)
 {
     SQZ_ASSERT_EXCL(&f->lock);
     sqz_cblock *b = dirty_find(f, idx);
     if (!b) {
-        if ((idx << f->log2bs) >= f->committed_len ||
-            sqz_ctr_next_block(f->c, idx, 1) != idx)
+        if (!inflight_find(f, idx) &&
+            ((idx << f->log2bs) >= f->committed_len ||
+             sqz_ctr_next_block(f->c, idx, 1) != idx))
             return 0;
         int rc = make_room(f);
         if (rc < 0)
@@ -333,8 +334,8 @@ void sqz_file_drop_dirty(sqz_file *f, uint64_t lo, uint64_t hi)
 #define PUNCH_BATCH 65536u
 
 /* Blocks [fb, lb) become holes: their dirty versions are dropped and the
- * committed ones replaced by hole entries. f->lock exclusive, no block in
- * flight. */
+ * committed ones replaced by hole entries. f->lock exclusive, none of them
+ * in flight. */
 static int punch_blocks(sqz_file *f, uint64_t fb, uint64_t lb)
 {
     SQZ_ASSERT_EXCL(&f->lock);
@@ -390,14 +391,16 @@ int sqz_file_zero_range(sqz_file *f, uint64_t off, uint64_t len,
         if (fb > lb) { /* within one block */
             rc = zero_part(f, lb, off & mask, zend & mask);
         } else {
-            if (off & mask)
+            /* the whole blocks first, with nothing of them in flight (a
+             * partial block's make_room may put dirty blocks in flight) */
+            if (fb < lb) {
+                rc = punch_blocks(f, fb, lb);
+                punched = rc == 0;
+            }
+            if (rc == 0 && (off & mask))
                 rc = zero_part(f, fb - 1, off & mask, f->bs);
             if (rc == 0 && (zend & mask))
                 rc = zero_part(f, lb, 0, zend & mask);
-            if (rc == 0 && fb < lb) {
-                rc = punch_blocks(f, fb, lb);
-                punched = 1;
-            }
         }
     }
     if (rc == 0 && !keep_size && end > f->length) {
