@@ -7,6 +7,8 @@
  *   content_open.c  open, create, release
  *   content_io.c    read, write, flush, fsync, fallocate, truncate,
  *                   commit, container figures, sync at unmount
+ *   content_sparse.c lseek SEEK_DATA/SEEK_HOLE, punch and zero range
+ *   content_copy.c  copy_file_range inside the mount
  *
  * What other subsystems use is in content/content.h; these are shared
  * between content_*.c only. Locks: docs/LOCKING.md. */
