@@ -7,6 +7,8 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -352,6 +354,77 @@ static void test_engine_copy_stored(void)
     unlink(pb);
 }
 
+/* Seeks, punches and copies racing writers of the same file (run under
+ * TSan by tools/test.sh's engine stage too): every answer lies in
+ * [off, the largest length the file had], and the final content is the
+ * one the writer thread made (only it changes the file). */
+typedef struct race_arg {
+    sqz_file *f;
+    size_t bs;
+    atomic_int stop;
+    int bad;
+} race_arg;
+
+static void *race_seeker(void *p)
+{
+    race_arg *a = p;
+    uint64_t rng = 99;
+    while (!atomic_load(&a->stop)) {
+        uint64_t off = sqz_test_rand(&rng) % (40 * a->bs), at = 0;
+        int hole = (int)(sqz_test_rand(&rng) & 1);
+        int rc = sqz_file_seek(a->f, off, hole, &at);
+        if ((rc != 0 && rc != -ENXIO) || (rc == 0 && (at < off || at > 40 * a->bs)))
+            a->bad++;
+    }
+    return NULL;
+}
+
+static void test_race(void)
+{
+    char path[4096];
+    path_of(path, sizeof path, "race");
+    size_t bs = 4096;
+    sqz_engine_opts o = {.threads = 2, .dirty_bytes_file = 4 * bs,
+                         .dirty_expire_ms = 5};
+    sqz_engine *e;
+    REQUIRE(sqz_engine_new(&o, &e) == 0);
+    sqz_params p = params_of(SQZ_ALG_LZ4, 12);
+    sqz_ctr *c = NULL;
+    REQUIRE(sqz_ctr_create_path(path, &p, 0644, &c) == 0);
+    race_arg a = {.bs = bs};
+    REQUIRE(sqz_file_new(e, c, &a.f) == 0);
+    unsigned char *m = calloc(1, 40 * bs), *buf = malloc(40 * bs);
+    REQUIRE(m && buf);
+    uint64_t len = 0, rng = 5;
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, race_seeker, &a) == 0);
+    for (int op = 0; op < 800; op++) {
+        uint64_t off = sqz_test_rand(&rng) % (36 * bs);
+        size_t n = (size_t)(sqz_test_rand(&rng) % (3 * bs)) + 1;
+        if (sqz_test_rand(&rng) % 2) {
+            sqz_test_fill(buf, n, 2, op);
+            CHECK_EQ_INT(sqz_file_write(a.f, buf, n, off), n);
+            memcpy(m + off, buf, n);
+            if (off + n > len)
+                len = off + n;
+        } else {
+            CHECK_EQ_INT(sqz_file_zero_range(a.f, off, n, 1), 0);
+            if (off < len)
+                memset(m + off, 0, (size_t)((off + n < len ? off + n : len) - off));
+        }
+    }
+    atomic_store(&a.stop, 1);
+    pthread_join(t, NULL);
+    CHECK_EQ_INT(a.bad, 0);
+    CHECK(sqz_file_read(a.f, buf, (size_t)len, 0) == (ssize_t)len &&
+          memcmp(buf, m, (size_t)len) == 0);
+    REQUIRE(sqz_file_close(a.f) == 0);
+    sqz_engine_free(e);
+    unlink(path);
+    free(m);
+    free(buf);
+}
+
 int main(void)
 {
     tmpdir = sqz_test_tmpdir();
@@ -360,6 +433,7 @@ int main(void)
     test_reclaim();
     test_stored_get();
     test_engine_copy_stored();
+    test_race();
     engine_model(SQZ_ALG_ZSTD, 12, 1, 1500);
     engine_model(SQZ_ALG_LZ4, 14, 2, 1000);
     engine_model(SQZ_ALG_NONE, 12, 3, 800);
