@@ -166,7 +166,7 @@ st_unit_tsan() {
     local logs=$WORK/tsan-unit rc=0
     mkdir -p "$logs"
     TSAN_OPTIONS=$TSAN_OPTS_BASE:log_path=$logs/tsan \
-        meson test -C build-tsan --print-errorlogs engine lockorder || rc=$?
+        meson test -C build-tsan --print-errorlogs engine sparse lockorder || rc=$?
     show_reports "$logs" || [[ $rc -ne 0 ]] || rc=1
     return "$rc"
 }

@@ -354,10 +354,10 @@ static void test_engine_copy_stored(void)
     unlink(pb);
 }
 
-/* Seeks, punches and copies racing writers of the same file (run under
- * TSan by tools/test.sh's engine stage too): every answer lies in
- * [off, the largest length the file had], and the final content is the
- * one the writer thread made (only it changes the file). */
+/* Seeks racing a writer that writes and zeroes ranges of the same file
+ * (run under TSan by tools/test.sh, stage unit-tsan): every answer lies in
+ * [off, the file's reach], and the final content is the one the writer
+ * thread made (only it changes the file). */
 typedef struct race_arg {
     sqz_file *f;
     size_t bs;
