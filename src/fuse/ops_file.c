@@ -1,6 +1,6 @@
 /* File operations: create, open, read, write, flush, release, fsync,
- * fallocate, lseek, copy_file_range. The data path lives in content_*.c; this file adapts FUSE
- * requests to it. */
+ * fallocate, lseek, copy_file_range. The data path lives in content_*.c;
+ * this file adapts FUSE requests to it. */
 #include "daemon/fs.h"
 #include "daemon/mountinfo.h"
 #include "node/inode.h"
