@@ -263,10 +263,20 @@ def test_punch_a_packed_file(mount_factory):
     got = wait_states(m.backing, {"small": "packed"})
     assert got == {"small": "packed"}, m.log()[-2000:]
     assert pointer(os.path.join(m.backing, "small")) is not None
+    zeros = m.path("zeros")
+    with open(zeros, "wb") as f:
+        f.write(bytes(5000))
+    got = wait_states(m.backing, {"small": "packed", "zeros": "packed"})
+    assert got == {"small": "packed", "zeros": "packed"}, m.log()[-2000:]
     fd = os.open(p, os.O_RDONLY)
-    try:  # a packed file: all data
+    try:  # a packed file is one block: data
         assert os.lseek(fd, 0, os.SEEK_DATA) == 0
         assert os.lseek(fd, 10, os.SEEK_HOLE) == len(data)
+    finally:
+        os.close(fd)
+    fd = os.open(zeros, os.O_RDONLY)
+    try:  # ... or a hole
+        check_seeks(fd, bytes(5000), 16 * KiB, random.Random(3), "packed zeros")
     finally:
         os.close(fd)
     fd = os.open(p, os.O_RDWR)

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <unistd.h>
 
 int sqz_content_has_writers(struct sqz_inode *in)
@@ -40,9 +41,12 @@ int sqz_content_lseek(struct sqz_fs *fs, struct sqz_handle *h, uint64_t off,
     if (in->kind == SQZ_K_CONTAINER && in->sf) {
         rc = sqz_file_seek(in->sf, off, hole, out);
     } else if (in->kind == SQZ_K_PACKED && in->pbuf) {
-        /* a packed file is one stored piece: all data */
-        rc = off < in->pbuf_len ? 0 : -ENXIO;
-        *out = hole ? in->pbuf_len : off;
+        /* a packed file is at most one block: data unless all zeros */
+        const unsigned char *b = in->pbuf;
+        uint64_t n = in->pbuf_len;
+        int data = n > 0 && (b[0] != 0 || memcmp(b, b + 1, n - 1) != 0);
+        rc = off < n && (hole || data) ? 0 : -ENXIO;
+        *out = hole && data ? n : off;
     } else if (in->kind == SQZ_K_PENDING ||
                (in->kind == SQZ_K_PLAIN && fs->opts.ro)) {
         rc = -ENXIO; /* empty (see sqz_content_read) */
