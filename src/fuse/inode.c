@@ -8,6 +8,7 @@
  * recompress and packing replace the backing file (sqz_inode_swap).
  * Protected by sqz_fs.itable_lock (docs/LOCKING.md). */
 #include "fuse/fs.h"
+#include "fuse/ident.h"
 #include "common/lockorder.h"
 #include "common/fdpath.h"
 #include "common/beneath.h"
@@ -169,6 +170,16 @@ static void inode_destroy(struct sqz_inode *in)
     pthread_mutex_destroy(&in->meta);
     sqz_push_destroy(in);
     free(in);
+}
+
+/* Freed by the table: the number a removed file kept is free (ident.c). */
+static void inode_gone(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    struct stat st;
+    if (in->type == S_IFREG && sqz_ident_any(fs) && fstat(in->fd, &st) == 0 &&
+        st.st_nlink == 0)
+        sqz_ident_gone(fs, in->dev, in->ino);
+    inode_destroy(in);
 }
 
 /* Caller holds itable_lock. */
@@ -472,10 +483,8 @@ void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
     }
     maybe_free_locked(fs, in, &dead);
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
-    if (dead) {
-        /* No handle is open (nopen == 0), so no sf exists. */
-        inode_destroy(dead);
-    }
+    if (dead) /* no handle is open (nopen == 0), so no sf exists */
+        inode_gone(fs, dead);
 }
 
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in)
@@ -504,7 +513,7 @@ void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
     maybe_free_locked(fs, in, &dead);
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     if (dead)
-        inode_destroy(dead);
+        inode_gone(fs, dead);
 }
 
 int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,

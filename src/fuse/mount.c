@@ -9,6 +9,7 @@
  * shutdown.c) and unmount end the loop; op_destroy commits and
  * fsyncs every open file; the exit status is 0 unless that failed. */
 #include "fuse/fs.h"
+#include "fuse/ident.h"
 #include "fuse/mountlife.h"
 #include "fuse/ptimes.h"
 #include "common/lockorder.h"
@@ -404,6 +405,7 @@ static void teardown(struct sqz_fs *fs)
     int rc = sqz_itable_free(fs);
     if (rc && g_destroy_rc == 0)
         g_destroy_rc = rc;
+    sqz_ident_free(fs);
     sqz_pack_rd_free(fs);
     if (fs->engine)
         sqz_engine_free(fs->engine);
@@ -541,6 +543,7 @@ int sqz_mount_main(int argc, char **argv)
     }
 
     sqz_ptimes_mount(fs);
+    sqz_ident_init(fs); /* kept inode numbers; before serving */
     if ((rc = sqz_packer_init(fs)) < 0 || (rc = sqz_pack_gc_init(fs)) < 0 ||
         (rc = sqz_pack_rd_init(fs)) < 0 ||
         (rc = sqz_durable_start(fs)) < 0) {

@@ -2,6 +2,7 @@
  * Hidden names (SQZ_TMP_PREFIX) are never listed; a temporary a crash left
  * is removed when met (leftover.c). */
 #include "fuse/fs.h"
+#include "fuse/ident.h"
 #include "fuse/leftover.h"
 #include "common/lockorder.h"
 
@@ -66,7 +67,7 @@ static size_t add_entry(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *dir
     if (!plus) {
         struct stat st;
         memset(&st, 0, sizeof(st));
-        st.st_ino = de->d_ino;
+        st.st_ino = sqz_ident_shown(fs, dir->dev, de->d_ino);
         st.st_mode = (mode_t)de->d_type << 12;
         return fuse_add_direntry(req, buf, room, de->d_name, &st, next);
     }
@@ -81,7 +82,7 @@ static size_t add_entry(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *dir
                sqz_inode_count(fs) >= fs->plus_max_inodes;
     if (bare || sqz_do_lookup(fs, dir, de->d_name, &e) != 0) {
         memset(&e, 0, sizeof(e));
-        e.attr.st_ino = de->d_ino;
+        e.attr.st_ino = sqz_ident_shown(fs, dir->dev, de->d_ino);
         e.attr.st_mode = (mode_t)de->d_type << 12;
     }
     return fuse_add_direntry_plus(req, buf, room, de->d_name, &e, next);

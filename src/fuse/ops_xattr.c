@@ -13,6 +13,7 @@
  * And the ioctl SQZ_IOC_TIER: user.squeezefs.tier's "tier it now" on an
  * open descriptor. */
 #include "fuse/fs.h"
+#include "common/lockorder.h"
 #include "fuse/ptimes.h"
 #include "squeezefs/shown.h"
 #include "squeezefs/pack.h"
@@ -336,8 +337,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
     else {
         char pp[64];
         sqz_proc_path(in->fd, pp, sizeof(pp));
-        rc = setxattr(pp, name, value, size, flags) ? -errno : 0;
-    }
+            rc = setxattr(pp, name, value, size, flags) ? -errno : 0;
+        }
     fuse_reply_err(req, -rc);
 }
 
@@ -361,8 +362,8 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
     else {
         char pp[64];
         sqz_proc_path(in->fd, pp, sizeof(pp));
-        rc = removexattr(pp, name) ? -errno : 0;
-        if (rc == 0 && strcmp(name, SQZ_POLICY_XATTR) == 0)
+            rc = removexattr(pp, name) ? -errno : 0;
+            if (rc == 0 && strcmp(name, SQZ_POLICY_XATTR) == 0)
             sqz_policy_changed(fs);
     }
     fuse_reply_err(req, -rc);
@@ -436,11 +437,15 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     int rc;
     uint64_t rate;
-    if (cmd != (unsigned)SQZ_IOC_TIER || (flags & FUSE_IOCTL_COMPAT) ||
-        in_bufsz != sizeof(rate))
+    int tier = cmd == (unsigned)SQZ_IOC_TIER && in_bufsz == sizeof(rate);
+    int rec = cmd == (unsigned)SQZ_IOC_RECOMPRESS && in_bufsz == SQZ_IOC_SPEC_MAX;
+    if ((!tier && !rec) || (flags & FUSE_IOCTL_COMPAT))
         rc = -ENOTTY;
     else if (fs->opts.ro)
         rc = -EROFS;
+    else if (rec) /* (checks the caller itself) */
+        rc = do_recompress(req, fs, in, in_buf,
+                           strnlen(in_buf, SQZ_IOC_SPEC_MAX));
     else if (!caller_owns(req, in))
         rc = -EPERM;
     else {

@@ -1,0 +1,112 @@
+"""Recompress and tiering are invisible to stat (issue 31): on a local
+BACKING a replaced file keeps its inode number (docs/FORMAT.md "Kept inode
+numbers"), times, size and link count, and its directory its times, through
+the mount and after a remount; no two live files show one number, also
+after the numbers the replaces freed were given to new files; a removed
+file's kept number is freed."""
+import os
+import time
+
+from mountlib import run_cli
+from test_identity import FIELDS, shown
+from test_pack import data, wr
+
+DAY = 86400
+RULES = "/hdb/** lz4/64K after 1d zstd:6/256K\n* zstd:1\n"
+IDS = ".sqz-tmp.ids"
+
+
+def text(n, seed):
+    return b"".join(b"%08d line of seed %d with some text\n" % (i, seed)
+                    for i in range(n // 36 + 1))[:n]
+
+
+def recompress(path, spec=b"gzip:9"):
+    os.setxattr(path, "user.squeezefs.recompress", spec)
+
+
+def inos_of_tree(root):
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for n in dirs + files:
+            p = os.path.join(d, n)
+            out[os.path.relpath(p, root)] = os.lstat(p).st_ino
+    return out
+
+
+def test_recompress_and_tiering_keep_stat(mount_factory, tmp_path):
+    rules = tmp_path / "hdb.rules"
+    rules.write_text(RULES)
+    opts = ["policy=" + str(rules)]
+    m = mount_factory(options=opts)
+    os.mkdir(m.path("d"))
+    os.mkdir(m.path("hdb"))
+    wr(m.path("d/big"), text(600_000, 1))
+    wr(m.path("d/other"), text(200_000, 2))
+    wr(m.path("hdb/f"), text(400_000, 3))
+    t = time.time() - 2 * DAY
+    os.utime(m.path("hdb/f"), (t, t))
+    os.chmod(m.path("d/big"), 0o640)
+    names = ["d/big", "d/other", "hdb/f", "d", "hdb", ""]
+    time.sleep(3)                       # durable marks done
+    assert m.unmount() == 0, m.log()
+    m = mount_factory(options=opts, backing=m.backing, name="w2")
+    before = {n: shown(m.path(n)) for n in names}
+    time.sleep(0.05)
+    # squeezefs recompress on the mount: the daemon's ioctl (a setxattr
+    # would move the ctime, as any setxattr does)
+    run_cli("recompress", "--policy", "gzip:9", m.path("d/big"))
+    run_cli("recompress", "--policy", "zstd:3", m.path("d/big"))  # its kept number
+    run_cli("recompress", "--policy", "gzip:9", m.path("d/other"))
+    p = run_cli("tier", m.path("hdb"), check=False)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    p = run_cli("stat", "--json", m.path("hdb/f"))
+    assert '"zstd"' in p.stdout, p.stdout       # it was tiered
+    time.sleep(1.2)                             # past the attribute timeout
+    during = {n: shown(m.path(n)) for n in names}
+    assert m.unmount() == 0, m.log()
+    r = mount_factory(options=["ro"], backing=m.backing, name="ro")
+    ro = {n: shown(r.path(n)) for n in names}
+    assert r.unmount() == 0, r.log()
+    m2 = mount_factory(options=opts, backing=m.backing, name="again")
+    again = {n: shown(m2.path(n)) for n in names}
+    for what, got in (("through the mount", during), ("read-only mount", ro),
+                      ("after a remount", again)):
+        diff = {n: {f: (before[n][f], got[n][f]) for f in FIELDS
+                    if before[n][f] != got[n][f]} for n in names}
+        assert got == before, (what, {n: d for n, d in diff.items() if d})
+    assert open(m2.path("d/big"), "rb").read() == text(600_000, 1)
+    assert open(m2.path("hdb/f"), "rb").read() == text(400_000, 3)
+    # new files take the numbers the second recompress freed
+    os.mkdir(m2.path("new"))
+    for i in range(50):
+        wr(m2.path(f"new/f{i}"), data(100, i))
+    live = inos_of_tree(m2.path(""))
+    assert len(set(live.values())) == len(live), live
+    # a removed file's kept number is freed
+    kept = os.listdir(os.path.join(m2.backing, IDS))
+    assert len(kept) == 3, kept
+    os.unlink(m2.path("d/big"))
+    deadline = time.time() + 10
+    while len(os.listdir(os.path.join(m2.backing, IDS))) != 2 and time.time() < deadline:
+        time.sleep(0.1)
+    assert len(os.listdir(os.path.join(m2.backing, IDS))) == 2
+    assert m2.unmount() == 0, m2.log()
+    p = run_cli("verify", m2.backing, check=False)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+
+
+def test_hard_link_after_recompress_shows_the_kept_number(mount_factory):
+    m = mount_factory()
+    wr(m.path("a"), text(100_000, 4))
+    ino = os.stat(m.path("a")).st_ino
+    recompress(m.path("a"))
+    os.link(m.path("a"), m.path("b"))
+    assert os.stat(m.path("b")).st_ino == ino
+    assert os.stat(m.path("a")).st_nlink == 2
+    os.unlink(m.path("a"))                  # one link left: the number stays
+    assert m.unmount() == 0, m.log()
+    m2 = mount_factory(backing=m.backing, name="again")
+    assert os.stat(m2.path("b")).st_ino == ino
+    assert {e.name: e.inode() for e in os.scandir(m2.path(""))} == {"b": ino}
+    assert m2.unmount() == 0, m2.log()
