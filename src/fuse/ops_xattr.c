@@ -248,6 +248,21 @@ static char *trimmed(const char *value, size_t size)
     return s;
 }
 
+/* A regular file's xattrs change under its io, shared: a replace
+ * (recompress, tiering; io exclusive) copies them to the new file and
+ * exchanges it in with none changing in between (replace.c). */
+static void xattr_lock(struct sqz_inode *in)
+{
+    if (in->type == S_IFREG)
+        SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+}
+
+static void xattr_unlock(struct sqz_inode *in)
+{
+    if (in->type == S_IFREG)
+        SQZ_RWUNLOCK(&in->io);
+}
+
 static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
                       const char *value, size_t size, int flags)
 {
@@ -272,7 +287,9 @@ static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
     }
     char pp[64];
     sqz_proc_path(in->fd, pp, sizeof(pp));
+    xattr_lock(in);
     rc = setxattr(pp, SQZ_POLICY_XATTR, text, strlen(text), flags) ? -errno : 0;
+    xattr_unlock(in);
     free(text);
     if (rc == 0)
         sqz_policy_changed(fs); /* new files below it take it */
@@ -337,8 +354,10 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
     else {
         char pp[64];
         sqz_proc_path(in->fd, pp, sizeof(pp));
-            rc = setxattr(pp, name, value, size, flags) ? -errno : 0;
-        }
+        xattr_lock(in);
+        rc = setxattr(pp, name, value, size, flags) ? -errno : 0;
+        xattr_unlock(in);
+    }
     fuse_reply_err(req, -rc);
 }
 
@@ -362,8 +381,10 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
     else {
         char pp[64];
         sqz_proc_path(in->fd, pp, sizeof(pp));
-            rc = removexattr(pp, name) ? -errno : 0;
-            if (rc == 0 && strcmp(name, SQZ_POLICY_XATTR) == 0)
+        xattr_lock(in);
+        rc = removexattr(pp, name) ? -errno : 0;
+        xattr_unlock(in);
+        if (rc == 0 && strcmp(name, SQZ_POLICY_XATTR) == 0)
             sqz_policy_changed(fs);
     }
     fuse_reply_err(req, -rc);
