@@ -85,6 +85,9 @@ struct sqz_inode {
     ino_t ino;
     uint64_t nlookup;
     uint64_t nopen;      /* open handles referencing this inode */
+    int alt_fd;          /* O_PATH fd of another name of a hard-linked
+                            regular file, the last a lookup found it by
+                            (inode_path.c), or -1 */
     /* const */
     int fd;              /* O_PATH|O_NOFOLLOW fd of the backing object */
     mode_t type;         /* S_IFMT bits */

@@ -55,6 +55,7 @@ static struct sqz_inode *inode_new(int fd, const struct stat *st)
     in->type = st->st_mode & S_IFMT;
     in->kind = SQZ_K_UNKNOWN;
     in->create_fd = -1;
+    in->alt_fd = -1;
     return in;
 }
 
@@ -166,6 +167,8 @@ static void inode_destroy(struct sqz_inode *in)
         close(in->create_fd);
     if (in->fd >= 0)
         close(in->fd);
+    if (in->alt_fd >= 0)
+        close(in->alt_fd);
     pthread_rwlock_destroy(&in->io);
     pthread_mutex_destroy(&in->meta);
     sqz_push_destroy(in);
@@ -441,8 +444,14 @@ again:
     }
     if (in) {
         in->nlookup++;
+        if (st->st_nlink > 1 && S_ISREG(st->st_mode)) {
+            int old = in->alt_fd; /* another name (inode_path.c) */
+            in->alt_fd = fd;
+            fd = old;
+        }
         SQZ_MUTEX_UNLOCK(&fs->itable_lock);
-        close(fd);
+        if (fd >= 0)
+            close(fd);
     } else {
         in = inode_new(fd, st);
         if (!in) {
@@ -535,6 +544,9 @@ int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
     in->dev = dev;
     in->ino = ino;
     table_insert(fs, in);
+    if (in->alt_fd >= 0) /* a name of the replaced file */
+        close(in->alt_fd);
+    in->alt_fd = -1;
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     return 0;
 }
@@ -571,72 +583,4 @@ int sqz_itable_foreach(struct sqz_fs *fs,
 void sqz_proc_path(int fd, char *buf, size_t n)
 {
     snprintf(buf, n, "/proc/self/fd/%d", fd);
-}
-
-int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
-                      size_t n)
-{
-    if (in->is_root) {
-        buf[0] = '\0';
-        return 0;
-    }
-    char abs[PATH_MAX + 16];
-    int rc = sqz_fd_path(in->fd, abs, sizeof(abs));
-    if (rc)
-        return rc;
-    const char *rel = sqz_path_below(abs, fs->backing_real, fs->backing_len);
-    if (!rel)
-        return -ENOENT; /* not below BACKING (moved away meanwhile) */
-    if (strlen(rel) >= n)
-        return -ENAMETOOLONG;
-    strcpy(buf, rel);
-    return 0;
-}
-
-/* One try of sqz_inode_dirfd: the directory the inode's current path names
- * (opened beneath BACKING, no symlink in any component), if its entry
- * name there is still this inode. */
-static int dirfd_once(struct sqz_fs *fs, struct sqz_inode *in,
-                      const struct stat *ist, char *base, size_t bn)
-{
-    char rel[PATH_MAX];
-    int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
-    if (rc)
-        return rc;
-    char *slash = strrchr(rel, '/');
-    const char *name = slash ? slash + 1 : rel;
-    if (slash)
-        *slash = '\0';
-    if (base && strlen(name) >= bn)
-        return -ENAMETOOLONG;
-    int dfd = sqz_open_beneath(fs->root_dirfd, slash ? rel : "",
-                               O_RDONLY | O_DIRECTORY, 0);
-    if (dfd < 0)
-        return dfd == -ELOOP || dfd == -ENOTDIR || dfd == -ENOENT ||
-                       dfd == -EXDEV
-                   ? -EBUSY /* the path changed meanwhile */
-                   : dfd;
-    struct stat cur;
-    if (fstatat(dfd, name, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
-        cur.st_dev != ist->st_dev || cur.st_ino != ist->st_ino) {
-        close(dfd);
-        return -EBUSY;
-    }
-    if (base)
-        strcpy(base, name);
-    return dfd;
-}
-
-int sqz_inode_dirfd(struct sqz_fs *fs, struct sqz_inode *in, char *base,
-                    size_t bn)
-{
-    if (in->is_root)
-        return -ENOENT; /* BACKING itself: no directory of it below BACKING */
-    struct stat ist;
-    if (fstat(in->fd, &ist) != 0)
-        return -errno;
-    int dfd = -EBUSY;
-    for (int i = 0; i < 3 && dfd == -EBUSY; i++) /* renamed meanwhile */
-        dfd = dirfd_once(fs, in, &ist, base, bn);
-    return dfd;
 }
