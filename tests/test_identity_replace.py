@@ -198,3 +198,49 @@ def test_metadata_changes_racing_a_replace_are_kept(mount_factory, tmp_path, how
             lost.append(("mount", rnd, s, want))
     assert not lost, lost[:5]
     assert m.unmount() == 0, m.log()
+
+
+def test_listing_during_replaces_never_shows_the_kept_inode(mount_factory):
+    """READDIRPLUS looks every entry up: a lookup that opened the file's
+    name just before a replace exchanged it found the old backing inode,
+    which is no longer the file's but the emptied keeper (it has a link,
+    so it was not taken for a file renamed over): the name showed 0 bytes
+    or read as empty. The lookup asks the name again when it no longer
+    holds what it opened."""
+    m = mount_factory()
+    os.mkdir(m.path("d"))
+    want = {f"f{i}": text(60_000 + i, i) for i in range(4)}
+    for n, c in want.items():
+        wr(m.path("d", n), c)
+    stop = threading.Event()
+    errors = []
+
+    def churn():
+        k = 0
+        while not stop.is_set():
+            for n in want:
+                try:
+                    recompress_ioctl(m.path("d", n), [b"zstd:1", b"lz4"][k % 2])
+                except OSError as e:
+                    errors.append(e)
+            k += 1
+
+    th = threading.Thread(target=churn)
+    th.start()
+    bad = []
+    try:
+        deadline = time.time() + 4
+        while time.time() < deadline and not bad:
+            for e in os.scandir(m.path("d")):
+                st = e.stat()
+                if st.st_size != len(want[e.name]):
+                    bad.append((e.name, st.st_size))
+    finally:
+        stop.set()
+        th.join()
+    assert not errors, errors[:3]
+    assert not bad, bad[:5]
+    for n, c in want.items():
+        with open(m.path("d", n), "rb") as f:
+            assert f.read() == c, n
+    assert m.unmount() == 0, m.log()

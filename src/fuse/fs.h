@@ -236,6 +236,7 @@ struct sqz_fs {
                                         mount (newfile_policy.c) */
 
     pthread_mutex_t itable_lock;
+    struct sqz_swap_pend *swap_pend; /* exchanges in progress (inode.c) */
     struct sqz_inode **buckets;
     size_t nbuckets, count;
     struct sqz_inode *root;
@@ -286,6 +287,19 @@ struct sqz_inode *sqz_inode_find_ref(struct sqz_fs *fs, dev_t dev, ino_t ino);
  * in->fd a copy of npfd, the new object's O_PATH fd, and key the inode by
  * (dev, ino), in one critical section of the table. Caller holds io
  * exclusive. 0 or -errno (nothing changed). */
+/* Around the exchange that precedes a swap (replace.c): a lookup that
+ * opens the new backing file (dev, ino) by the file's name before the
+ * swap finds in, not a second inode of that file. Caller holds io
+ * exclusive; p lives until sqz_inode_swap_end. */
+struct sqz_swap_pend {
+    struct sqz_inode *in;
+    dev_t dev;
+    ino_t ino;
+    struct sqz_swap_pend *next;
+};
+void sqz_inode_swap_begin(struct sqz_fs *fs, struct sqz_inode *in,
+                          struct sqz_swap_pend *p, dev_t dev, ino_t ino);
+void sqz_inode_swap_end(struct sqz_fs *fs, struct sqz_swap_pend *p);
 int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
                    dev_t dev, ino_t ino);
 /* Call fn on every inode of the table, with no lock held: the inodes are

@@ -212,7 +212,35 @@ static struct sqz_inode *table_find(struct sqz_fs *fs, dev_t dev, ino_t ino)
          in = in->next)
         if (in->dev == dev && in->ino == ino)
             return in;
+    /* a backing file being exchanged in for an inode (sqz_inode_swap_begin) */
+    for (struct sqz_swap_pend *p = fs->swap_pend; p; p = p->next)
+        if (p->dev == dev && p->ino == ino)
+            return p->in;
     return NULL;
+}
+
+void sqz_inode_swap_begin(struct sqz_fs *fs, struct sqz_inode *in,
+                          struct sqz_swap_pend *p, dev_t dev, ino_t ino)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    p->in = in;
+    p->dev = dev;
+    p->ino = ino;
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    p->next = fs->swap_pend;
+    fs->swap_pend = p;
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+}
+
+void sqz_inode_swap_end(struct sqz_fs *fs, struct sqz_swap_pend *p)
+{
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    struct sqz_swap_pend **pp = &fs->swap_pend;
+    while (*pp && *pp != p)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = p->next;
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
 }
 
 /* Grow when the chains get long (best effort: on ENOMEM keep the table). */
@@ -432,10 +460,14 @@ again:
         /* the file opened may have been renamed over meanwhile, and its
          * inode swapped to the new file (recompress, packing): a file
          * without links is never given a new inode, the name is asked
-         * again */
-        struct stat now;
+         * again; also where a replace keeps the old inode (ident.c),
+         * if the name holds another file now */
+        struct stat now, cur;
         if (fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
-            now.st_nlink == 0) {
+            (now.st_nlink == 0 ||
+             (sqz_ident_any(fs) &&
+              (fstatat(dirfd, name, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
+               cur.st_ino != now.st_ino || cur.st_dev != now.st_dev)))) {
             SQZ_MUTEX_UNLOCK(&fs->itable_lock);
             close(fd);
             tries++;

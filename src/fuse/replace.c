@@ -243,6 +243,7 @@ int sqz_rc_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
      * through the mount does not take io) */
     struct stat cur;
     struct sqz_ptimes_dir pt = {.ok = 0};
+    struct sqz_swap_pend pend = {.in = NULL};
     struct timespec shown = {0, 0};
     uint64_t gen = sqz_ptimes_begin(in);
     int kept = 0;
@@ -255,9 +256,11 @@ int sqz_rc_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
         shown = sqz_ptimes_shown(fs, in, &cur); /* the ctime it shows */
         if (t->tdirfd >= 0) /* only the exchange changes the directory */
             sqz_ptimes_dir_try_begin(fs, t->dirfd, &pt);
+        sqz_inode_swap_begin(fs, in, &pend, nst.st_dev, nst.st_ino);
         rc = replace_original(t, in, label, flags, &kept);
     }
     if (rc) {
+        sqz_inode_swap_end(fs, &pend); /* (nothing if not begun) */
         sqz_ptimes_dir_end(fs, t->dirfd, &pt); /* (nothing if not begun) */
         close(npfd);
         sqz_file_close(nsf);
@@ -273,6 +276,7 @@ int sqz_rc_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
 
     /* Swap the inode over to the new backing file. */
     rc = sqz_inode_swap(fs, in, npfd, nst.st_dev, nst.st_ino);
+    sqz_inode_swap_end(fs, &pend);
     close(npfd);
     if (rc) {
         sqz_logf(SQZ_LOG_ERR, "%s: replacing: cannot swap to the new file: %s", label,
