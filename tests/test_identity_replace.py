@@ -244,3 +244,23 @@ def test_listing_during_replaces_never_shows_the_kept_inode(mount_factory):
         with open(m.path("d", n), "rb") as f:
             assert f.read() == c, n
     assert m.unmount() == 0, m.log()
+
+
+def test_read_only_mount_sees_numbers_kept_after_it_started(mount_factory):
+    """A read-only mount of the same BACKING, made before the writer's
+    recompress, shows the kept number too (it reads the writer's
+    .sqz-tmp.ids again when it changed, at most once a second)."""
+    m = mount_factory()
+    wr(m.path("a"), text(100_000, 6))
+    wr(m.path("b"), text(100_000, 7))
+    time.sleep(2.5)                     # durable marks done
+    r = mount_factory(options=["ro"], backing=m.backing, name="ro")
+    ino = {n: os.stat(r.path(n)).st_ino for n in ("a", "b")}
+    run_cli("recompress", "--policy", "gzip:9", m.path("a"))
+    run_cli("recompress", "--policy", "gzip:9", m.path("b"))
+    time.sleep(2.2)                     # attribute timeout, the once a second
+    assert {n: os.stat(r.path(n)).st_ino for n in ("a", "b")} == ino
+    assert {e.name: e.inode() for e in os.scandir(r.path(""))} == ino
+    assert open(r.path("a"), "rb").read() == text(100_000, 6)
+    assert r.unmount() == 0, r.log()
+    assert m.unmount() == 0, m.log()

@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -43,6 +44,10 @@ struct sqz_ident {
     atomic_size_t n;   /* entries of the map */
     struct node **b;   /* mu */
     size_t nb;
+    /* a read-only mount: the directory as last read (the writer's replaces
+     * since are read again, at most once a second) */
+    _Atomic int64_t checked_ns;
+    struct stat seen;  /* (the thread that won checked_ns) */
 };
 
 static size_t slot(const struct sqz_ident *d, ino_t y)
@@ -230,6 +235,65 @@ static void scan(struct sqz_ident *d, int dfd, int pass)
     closedir(dp);
 }
 
+static int64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static void free_nodes(struct node **b, size_t nb)
+{
+    for (size_t i = 0; i < nb; i++)
+        for (struct node *e = b[i], *nx; e; e = nx) {
+            nx = e->next;
+            free(e);
+        }
+    free(b);
+}
+
+/* A read-only mount: a writer mount's replaces since the map was read
+ * (the directory changed): read it again, into a new map swapped in. At
+ * most once a second, by one thread. */
+static void ro_refresh(struct sqz_fs *fs, struct sqz_ident *d)
+{
+    int64_t now = mono_ns(), last = atomic_load(&d->checked_ns);
+    if (now - last < 1000000000LL ||
+        !atomic_compare_exchange_strong(&d->checked_ns, &last, now))
+        return;
+    struct stat st;
+    if (fstatat(fs->root_dirfd, SQZ_IDENT_DIR, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISDIR(st.st_mode) ||
+        (st.st_ino == d->seen.st_ino && st.st_mtim.tv_sec == d->seen.st_mtim.tv_sec &&
+         st.st_mtim.tv_nsec == d->seen.st_mtim.tv_nsec &&
+         st.st_ctim.tv_sec == d->seen.st_ctim.tv_sec &&
+         st.st_ctim.tv_nsec == d->seen.st_ctim.tv_nsec))
+        return;
+    int dfd = atomic_load(&d->dirfd);
+    if (dfd < 0) {
+        dfd = openat(fs->root_dirfd, SQZ_IDENT_DIR,
+                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (dfd < 0)
+            return;
+        atomic_store(&d->dirfd, dfd);
+    }
+    d->seen = st;
+    struct sqz_ident t = {.rw = 0, .nb = 64};
+    t.b = calloc(t.nb, sizeof(*t.b));
+    if (!t.b)
+        return;
+    scan(&t, dfd, 0); /* (t is this thread's: no lock) */
+    scan(&t, dfd, 1);
+    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_IDENT);
+    struct node **ob = d->b;
+    size_t onb = d->nb;
+    d->b = t.b;
+    d->nb = t.nb;
+    atomic_store(&d->n, atomic_load(&t.n));
+    SQZ_MUTEX_UNLOCK(&d->mu);
+    free_nodes(ob, onb);
+}
+
 void sqz_ident_init(struct sqz_fs *fs)
 {
     struct stat rst;
@@ -250,6 +314,9 @@ void sqz_ident_init(struct sqz_fs *fs)
     int dfd = openat(fs->root_dirfd, SQZ_IDENT_DIR,
                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     atomic_store(&d->dirfd, dfd);
+    atomic_store(&d->checked_ns, mono_ns());
+    if (dfd >= 0)
+        fstat(dfd, &d->seen);
     if (dfd >= 0) {
         SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_IDENT); /* (no thread yet) */
         scan(d, dfd, 0);
@@ -267,12 +334,7 @@ void sqz_ident_free(struct sqz_fs *fs)
     if (!d)
         return;
     fs->ident = NULL;
-    for (size_t i = 0; i < d->nb; i++)
-        for (struct node *e = d->b[i], *nx; e; e = nx) {
-            nx = e->next;
-            free(e);
-        }
-    free(d->b);
+    free_nodes(d->b, d->nb);
     int dfd = atomic_load(&d->dirfd);
     if (dfd >= 0)
         close(dfd);
@@ -288,6 +350,8 @@ int sqz_ident_any(struct sqz_fs *fs)
 ino_t sqz_ident_shown(struct sqz_fs *fs, dev_t dev, ino_t ino)
 {
     struct sqz_ident *d = fs->ident;
+    if (d && !d->rw)
+        ro_refresh(fs, d);
     if (!d || dev != d->dev || atomic_load(&d->n) == 0)
         return ino;
     ino_t s = ino;
