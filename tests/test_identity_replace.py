@@ -264,3 +264,39 @@ def test_read_only_mount_sees_numbers_kept_after_it_started(mount_factory):
     assert open(r.path("a"), "rb").read() == text(100_000, 6)
     assert r.unmount() == 0, r.log()
     assert m.unmount() == 0, m.log()
+
+
+def test_mount_finishes_or_removes_what_a_crash_left_in_ids(mount_factory):
+    """What the next read-write mount does with .sqz-tmp.ids before it
+    serves (FORMAT.md "Kept inode numbers"): a temporary and an intent
+    still holding the new container are removed, a keeper that is not the
+    inode its name says (a copied BACKING) is removed, an intent holding
+    some other file is left alone (never a user's data removed), a keeper
+    with bytes is emptied and counts."""
+    m = mount_factory()
+    wr(m.path("f"), text(50_000, 8))
+    assert m.unmount() == 0, m.log()
+    b = m.backing
+    ids = os.path.join(b, IDS)
+    os.mkdir(ids)
+    f_ino = os.stat(os.path.join(b, "f")).st_ino
+
+    def put(name, content=b""):
+        with open(os.path.join(ids, name), "wb") as fh:
+            fh.write(content)
+        return os.stat(os.path.join(ids, name)).st_ino
+
+    put(".sqz-tmp.0123456789abcdef", b"partial")
+    y = put("tmpname", b"new container")
+    os.rename(os.path.join(ids, "tmpname"), os.path.join(ids, f"n.5.5.{y}"))
+    put(f"n.7.8.{y + 100000}", b"someone's file")
+    put(f"{f_ino + 100000}.{f_ino}")            # not the inode it names
+    k = put("k", b"old content")                # a keeper not yet emptied
+    os.rename(os.path.join(ids, "k"), os.path.join(ids, f"{k}.{f_ino}"))
+    m2 = mount_factory(backing=b, name="again")
+    assert sorted(os.listdir(ids)) == sorted([f"n.7.8.{y + 100000}", f"{k}.{f_ino}"])
+    assert os.path.getsize(os.path.join(ids, f"{k}.{f_ino}")) == 0
+    assert open(os.path.join(ids, f"n.7.8.{y + 100000}"), "rb").read() == b"someone's file"
+    assert os.stat(m2.path("f")).st_ino == k
+    assert "left as it is" in m2.log()
+    assert m2.unmount() == 0, m2.log()

@@ -209,11 +209,16 @@ static void scan(struct sqz_ident *d, int dfd, int pass)
                 int done = there && (uintmax_t)st.st_ino == v[1];
                 if (done && d->rw)
                     finish(dfd, nm, v);
-                else if (d->rw)
-                    unlinkat(dfd, nm, 0);
+                else if (d->rw && there && (uintmax_t)st.st_ino == v[2])
+                    unlinkat(dfd, nm, 0); /* not exchanged: the temporary */
                 else if (done)
                     map_put(d, (ino_t)v[2], (ino_t)v[0]);
-            } else if (d->rw && !parse(nm, 0, v)) {
+                else if (d->rw && there) /* another file (it took the
+                    original's name just as the exchange came, and a crash
+                    came before it was given back): never removed */
+                    sqz_logf(SQZ_LOG_WARN, "%s/%s: holds neither the replaced file "
+                             "nor its replacement: left as it is", SQZ_IDENT_DIR, nm);
+            } else if (d->rw && !strncmp(nm, SQZ_TMP_PREFIX, sizeof(SQZ_TMP_PREFIX) - 1)) {
                 unlinkat(dfd, nm, 0); /* a temporary a crash left */
             }
             continue;

@@ -285,8 +285,6 @@ int sqz_rc_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
         return rc;
     }
     sqz_inode_changed(in);
-    if (kept) /* the new backing file's ctime moved: the old one shows */
-        sqz_ptimes_keep(fs, in, -1, &shown, gen);
     if (in->sf) {
         sqz_file *old = in->sf;
         in->sf = nsf;
@@ -298,6 +296,8 @@ int sqz_rc_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
     } else if (nsf) {
         rc = sqz_file_close(nsf);
     }
+    if (kept) /* the new backing file's ctime moved: the old one shows */
+        sqz_ptimes_keep(fs, in, -1, &shown, gen);
     in->kind = sqz_content_handles_open(in) ? SQZ_K_CONTAINER : SQZ_K_UNKNOWN;
     sqz_content_invalidate(in);
     return rc;
