@@ -300,3 +300,28 @@ def test_mount_finishes_or_removes_what_a_crash_left_in_ids(mount_factory):
     assert os.stat(m2.path("f")).st_ino == k
     assert "left as it is" in m2.log()
     assert m2.unmount() == 0, m2.log()
+
+
+def test_recompress_below_a_bind_mount_in_backing(mount_factory, tmp_path):
+    """A directory of BACKING that is a bind mount (same file system, no
+    rename across it): a replace there cannot exchange with .sqz-tmp.ids,
+    so it keeps the temporary next to the file as before (the number
+    changes); it failed with EXDEV."""
+    import subprocess
+    m = mount_factory()
+    os.mkdir(m.path("sub"))
+    src = tmp_path / "src"
+    src.mkdir()
+    sub = os.path.join(m.backing, "sub")
+    subprocess.run(["mount", "--bind", str(src), sub], check=True)
+    try:
+        wr(m.path("top"), text(80_000, 9))
+        time.sleep(1.1)                 # the kernel's entry for sub: again
+        wr(m.path("sub/a"), text(80_000, 10))
+        ino = os.stat(m.path("top")).st_ino
+        run_cli("recompress", "--policy", "gzip:9", m.path("sub/a"), m.path("top"))
+        assert open(m.path("sub/a"), "rb").read() == text(80_000, 10)
+        assert os.stat(m.path("top")).st_ino == ino
+        assert m.unmount() == 0, m.log()
+    finally:
+        subprocess.run(["umount", sub], check=False)

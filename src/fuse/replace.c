@@ -35,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -83,6 +84,23 @@ static int tdir(const struct sqz_rc_temp *t)
     return t->tdirfd >= 0 ? t->tdirfd : t->dirfd;
 }
 
+/* 1 unless a and b are on two mounts (a bind mount inside BACKING:
+ * no rename between them). */
+static int same_mount(int a, int b)
+{
+#ifdef STATX_MNT_ID
+    struct statx sa, sb;
+    if (statx(a, "", AT_EMPTY_PATH, STATX_MNT_ID, &sa) == 0 &&
+        statx(b, "", AT_EMPTY_PATH, STATX_MNT_ID, &sb) == 0 &&
+        (sa.stx_mask & sb.stx_mask & STATX_MNT_ID))
+        return sa.stx_mnt_id == sb.stx_mnt_id;
+#else
+    (void)a;
+    (void)b;
+#endif
+    return 1;
+}
+
 /* The keepers' directory for in (ident.c), made if missing with
  * BACKING's times put back: an fd (borrowed) or -errno (no keeping). */
 static int keep_dir(struct sqz_fs *fs, struct sqz_inode *in)
@@ -113,7 +131,7 @@ int sqz_rc_temp_create(struct sqz_fs *fs, struct sqz_inode *in,
         cur.st_ino != bst->st_ino || cur.st_dev != bst->st_dev)
         return -EBUSY; /* renamed meanwhile */
     int kfd = keep_dir(fs, in);
-    if (kfd >= 0)
+    if (kfd >= 0 && same_mount(kfd, t->dirfd))
         t->tdirfd = kfd;
     uint64_t rnd = 0;
     if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
