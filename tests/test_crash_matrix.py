@@ -21,14 +21,14 @@ damaged"), and warns only of what a crash leaves and FORMAT.md documents
 a crash); then a read-write mount lists every directory (which removes
 leftover temporaries, FORMAT.md "Hidden files") and every file reads
 exactly its content (for the write of the unpack case the old or the new
-one, the new one if its fsync returned), with that size in stat and, for
-pack, unpack and reclaim, the inode number it showed before the kill; no
+one, the new one if its fsync returned), with that size in stat and the inode number it showed before the kill
+(recompress and tiering too: FORMAT.md "Kept inode numbers"); no
 `.sqz-tmp.<16 hex>` is left in BACKING and, after that mount's unmount,
 `verify` exits 0 or warns only of a torn pack append (nothing points
 there; reclaimed at the directory's next removal through the mount).
 Each operation must also reach its states in between at some step
-(MUST_SEE: a leftover temporary, a container with a pointer, a torn
-append), so a matrix that only kills before or after the whole operation
+(MUST_SEE: a leftover temporary, a replace's intent in .sqz-tmp.ids, a
+container with a pointer, a torn append), so a matrix that only kills before or after the whole operation
 fails. The writer lock's steps (the unmount's) are not in the matrix.
 
 Unpacking is run for each of its triggers through the mount: the first
