@@ -135,8 +135,8 @@ def test_daemon_syscalls_take_no_backing_path():
 
 def test_readlinked_paths_are_labels_only():
     """The path of a descriptor read back from /proc (sqz_fd_path) is for
-    log labels and policy matching: only inode.c (sqz_inode_relpath) and
-    log.c call it, and the absolute-path helper is gone."""
+    log labels and policy matching: only inode_path.c (sqz_inode_relpath,
+    sqz_inode_dirfd, which checks the name it finds) and log.c call it, and the absolute-path helper is gone."""
     import re
     users = set()
     for dirpath, _, files in os.walk(os.path.join(ROOT, "src")):
@@ -148,4 +148,4 @@ def test_readlinked_paths_are_labels_only():
             assert "sqz_inode_abspath" not in text, rel
             if re.search(r"\bsqz_fd_path\(", text) and not rel.endswith("fdpath.h"):
                 users.add(rel)
-    assert users == {"src/node/inode.c", "src/format/log.c"}, users
+    assert users == {"src/node/inode_path.c", "src/format/log.c"}, users

@@ -21,14 +21,14 @@ damaged"), and warns only of what a crash leaves and FORMAT.md documents
 a crash); then a read-write mount lists every directory (which removes
 leftover temporaries, FORMAT.md "Hidden files") and every file reads
 exactly its content (for the write of the unpack case the old or the new
-one, the new one if its fsync returned), with that size in stat and, for
-pack, unpack and reclaim, the inode number it showed before the kill; no
+one, the new one if its fsync returned), with that size in stat and the inode number it showed before the kill
+(recompress and tiering too: FORMAT.md "Kept inode numbers"); no
 `.sqz-tmp.<16 hex>` is left in BACKING and, after that mount's unmount,
 `verify` exits 0 or warns only of a torn pack append (nothing points
 there; reclaimed at the directory's next removal through the mount).
 Each operation must also reach its states in between at some step
-(MUST_SEE: a leftover temporary, a container with a pointer, a torn
-append), so a matrix that only kills before or after the whole operation
+(MUST_SEE: a leftover temporary, a replace's intent in .sqz-tmp.ids, a
+container with a pointer, a torn append), so a matrix that only kills before or after the whole operation
 fails. The writer lock's steps (the unmount's) are not in the matrix.
 
 Unpacking is run for each of its triggers through the mount: the first
@@ -97,6 +97,13 @@ DAY = 86400
 # what verify may say after a crash (FORMAT.md "Verify", "Unpacking",
 # "Hidden files"); each warning line must match one of these
 LEFTOVER = re.compile(r"/\.sqz-tmp\.[0-9a-f]{16}: leftover hidden file, \d+ bytes")
+# a replace on a local BACKING (recompress, tiering) keeps the file's inode
+# number (FORMAT.md "Kept inode numbers"): its temporary in .sqz-tmp.ids is
+# renamed for its intent, n.S.B.Y, which after the exchange holds the
+# replaced inode; that becomes the keeper S.Y, emptied after the rename
+INTENT = re.compile(r"/\.sqz-tmp\.ids/n\.\d+\.\d+\.\d+: leftover hidden file, \d+ bytes")
+KEEPER = re.compile(r"/\.sqz-tmp\.ids/\d+\.\d+: leftover hidden file, \d+ bytes \(an inode "
+                    r"number kept")
 TORN_UNPACK = re.compile(r"uncommitted tail, \d+ bytes \(an unpacking torn by a crash")
 # a torn anchor write (power loss only: a kill tears no write) next to a
 # valid or an empty slot (FORMAT.md "Verify")
@@ -291,7 +298,7 @@ def op_recompress():
 
     return dict(files=files, prepare=prepare_packed(files, ["compress=zstd:1/64K"]),
                 setup=None, options=["compress=zstd:1/64K"], act=act, alt={},
-                same_ino=False)
+                same_ino=True)
 
 
 def op_recompress_packed():
@@ -304,7 +311,7 @@ def op_recompress_packed():
 
     return dict(files=files, prepare=prepare_packed(files, ["compress=zstd:1/64K"]),
                 setup=None, options=["compress=zstd:1/64K"], act=act, alt={},
-                same_ino=False, packed=list(files))
+                same_ino=True, packed=list(files))
 
 
 def op_tier(tmp_path):
@@ -325,7 +332,7 @@ def op_tier(tmp_path):
         assert p.returncode in (0, 1, 3), (p.stdout, p.stderr)
 
     return dict(files=files, prepare=prep, setup=None, options=opts, act=act, alt={},
-                same_ino=False)
+                same_ino=True)
 
 
 def op_reclaim():
@@ -453,7 +460,8 @@ def check_verify(backing, allowed, what):
 def check_after_crash(op, tmp_path, backing, inos, acted, tag, what):
     """verify, then a read-write mount: every file its content, listed,
     same size (and inode number); no temporary survives; verify clean."""
-    text = check_verify(backing, [LEFTOVER, TORN_UNPACK, TORN_PACK] + op["torn"], what)
+    text = check_verify(backing, [LEFTOVER, INTENT, KEEPER, TORN_UNPACK, TORN_PACK] + op["torn"],
+                        what)
     for r, _d, ns in os.walk(backing):
         for n in ns:
             b = os.path.join(r, n)
@@ -534,15 +542,15 @@ def cases(steps, slow=False):
 BOTH = re.compile(r"\[state\] \S+: bytes and a pointer")
 MUST_SEE = {"unpack": [BOTH], "unpack-truncate": [BOTH], "unpack-rename": [BOTH],
             "unpack-link": [BOTH],
-            "recompress": [LEFTOVER], "recompress-packed": [LEFTOVER, BOTH],
-            "tier": [LEFTOVER], "pack": [TORN_PACK, BOTH], "pack-append": [BOTH],
+            "recompress": [LEFTOVER, INTENT], "recompress-packed": [INTENT, BOTH],
+            "tier": [LEFTOVER, INTENT], "pack": [TORN_PACK, BOTH], "pack-append": [BOTH],
             "reclaim": [TORN_PACK]}
 # with the power loss, an unpacking whose unsynced container bytes are
 # lost, partly or whole: the pointer still counts
 MUST_SEE_PL = {"unpack": [TORN_UNPACK], "unpack-truncate": [TORN_UNPACK],
                "unpack-rename": [TORN_UNPACK], "unpack-link": [TORN_UNPACK],
-               "recompress": [LEFTOVER],
-               "recompress-packed": [LEFTOVER, TORN_UNPACK], "tier": [LEFTOVER],
+               "recompress": [INTENT],
+               "recompress-packed": [INTENT, TORN_UNPACK], "tier": [INTENT],
                "pack": [BOTH], "pack-append": [TORN_PACK], "reclaim": []}
 
 

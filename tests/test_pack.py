@@ -600,13 +600,12 @@ def test_reading_packed_files_needs_no_read_request(mount_factory):
     assert m3.unmount() == 0, m3.log()
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "KNOWN: the packer finds a file's directory by the name the daemon "
-    "first opened it by (its O_PATH descriptor's path), checked to name "
-    "the file (sqz_inode_dirfd); once that name is unlinked and the file "
-    "lives on under another hard link, the check fails and the file stays "
-    "a container (safe: its content is read back whole below)"))
 def test_file_left_only_under_a_second_link_is_packed(mount_factory):
+    """A file whose first name (the one the daemon opened it by) is
+    removed while it lives on under a second hard link is packed: the
+    daemon finds its directory by the other name its lookup saw (the link's
+    reply). Before, it stayed a container for good (its content read back
+    whole)."""
     m = mount_factory()
     os.mkdir(m.path("d"))
     wr(m.path("a"), data(3000, 1))
@@ -891,9 +890,9 @@ class Model:
         self.plain = set()
         # the name the daemon's inode was opened by (its first name in this
         # mount session; None: unknown), and the inodes that lost it while
-        # another link kept them alive: the packer finds those by their
-        # lost name and skips them (the BUG of
-        # test_file_left_only_under_a_second_link_is_packed)
+        # another link kept them alive: the packer finds those by the last
+        # other name a lookup saw (test_file_left_only_under_a_second_link_
+        # is_packed), which may be gone too: packed or not
         self.origin = {}
         self.lost_origin = set()
         self.next = 100

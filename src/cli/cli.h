@@ -97,6 +97,10 @@ void progress_finish(cli_progress *p);
  * never shows them, so the tree commands skip them too. path: a file's
  * path; 1 if its base name has the prefix. */
 #define CLI_TMP_PREFIX ".sqz-tmp."
+/* BACKING's directory of kept inode numbers (src/node/ident.c): the tree
+ * walk goes into it only if cli_walk_ids (verify) */
+#define CLI_IDS_DIR CLI_TMP_PREFIX "ids"
+extern bool cli_walk_ids;
 int cli_is_own_hidden(const char *path);
 
 /* ---- packed.c: packed files and packs in a BACKING directory ---- */
@@ -178,6 +182,9 @@ const json_field *json_flat_get(const json_flat *o, const char *key);
 #define SQZ_XATTR_TIER "user.squeezefs.tier"
 /* src/daemon/fs.h: tier the open file now (argument: bytes/s, uint64_t) */
 #define SQZ_IOC_TIER _IOW('Q', 0x16, uint64_t)
+/* and recompress: the SPEC text, NUL-terminated (src/daemon/fs.h) */
+#define SQZ_IOC_SPEC_MAX 64
+#define SQZ_IOC_RECOMPRESS _IOW('Q', 0x17, char[SQZ_IOC_SPEC_MAX])
 /* 1 if path is inside a squeezefs mount (FUSE and the daemon answers the
  * virtual xattrs), 0 if not. */
 int cli_on_mount(const char *path);

@@ -1,5 +1,6 @@
 /* recompress [--policy SPEC] PATH...: rewrite files with new parameters.
- * On a mount the daemon does it (xattr user.squeezefs.recompress); off a
+ * On a mount the daemon does it (ioctl SQZ_IOC_RECOMPRESS, which leaves
+ * the file's ctime alone; xattr user.squeezefs.recompress); off a
  * mount a new container is written to a temp file next to the original,
  * synced and renamed over it, so a crash leaves either the old or new. */
 #include <errno.h>
@@ -7,6 +8,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -162,13 +164,27 @@ static int on_mount(recomp_ctx *x, const tree_at *at, const char *path,
     char canon[64];
     if (x->spec_text && sqz_spec_format(&x->spec, canon, sizeof canon) >= 0)
         val = canon;
-    /* the entry the walk examined, its xattr through its own magic link */
+    /* the entry the walk examined: the ioctl on it (a setxattr would move
+     * its ctime), else (a daemon before it) its xattr through its own
+     * magic link */
     int fd = openat(at->dirfd, at->name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     char pp[48];
     snprintf(pp, sizeof pp, "/proc/self/fd/%d", fd);
-    int r = setxattr(pp, SQZ_XATTR_RECOMPRESS, val, strlen(val), 0) < 0 ? -errno : 0;
+    int r = -ENOTTY;
+    char arg[SQZ_IOC_SPEC_MAX] = "";
+    int rfl = O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
+    int rfd = strlen(val) < sizeof arg ? openat(at->dirfd, at->name, rfl | O_NOATIME) : -1;
+    if (rfd < 0 && errno == EPERM) /* O_NOATIME: not the owner */
+        rfd = openat(at->dirfd, at->name, rfl);
+    if (rfd >= 0) {
+        memcpy(arg, val, strlen(val));
+        r = ioctl(rfd, SQZ_IOC_RECOMPRESS, arg) < 0 ? -errno : 0;
+        close(rfd);
+    }
+    if (r == -ENOTTY || r == -EINVAL)
+        r = setxattr(pp, SQZ_XATTR_RECOMPRESS, val, strlen(val), 0) < 0 ? -errno : 0;
     struct stat nst;
     uint64_t after = r == 0 && fstat(fd, &nst) == 0 ? (uint64_t)nst.st_blocks * 512 : 0;
     close(fd);

@@ -215,11 +215,48 @@ static void verify_hidden(verify_ctx *x, const char *path, const struct stat *st
     fflush(stdout);
 }
 
+/* An entry of BACKING/.sqz-tmp.ids (src/node/ident.c, docs/FORMAT.md
+ * "Kept inode numbers"): a kept inode (S.Y) is 0 bytes; one with bytes, or
+ * a replace's intent (n.S.B.Y), is what a crash left, finished or removed
+ * by the next read-write mount: a leftover (a warning). 1 if it was one. */
+static int verify_ids_entry(verify_ctx *x, const char *path, const char *rel,
+                            const struct stat *st)
+{
+    size_t dl = sizeof CLI_IDS_DIR - 1;
+    if (strncmp(rel, CLI_IDS_DIR "/", dl + 1) != 0 || strchr(rel + dl + 1, '/'))
+        return 0;
+    const char *base = rel + dl + 1;
+    if (cli_is_own_hidden(base))
+        return 0; /* a temporary: as everywhere */
+    const char *what;
+    if (!strncmp(base, "n.", 2))
+        what = "a replace's temporary or the file it replaced, left by a crash: "
+               "the next read-write mount finishes or removes it";
+    else if (st->st_size > 0)
+        what = "an inode number kept for a replaced file, not yet emptied: the "
+               "next read-write mount empties it";
+    else
+        return 1;
+    char msg[320];
+    snprintf(msg, sizeof msg, "leftover hidden file, %lld bytes (%s)",
+             (long long)st->st_size, what);
+    x->current = path;
+    report(x, msg);
+    if (x->json)
+        json_file(x, path, "leftover", 0, NULL);
+    x->leftovers++;
+    x->leftover_bytes += (uint64_t)st->st_size;
+    fflush(stdout);
+    return 1;
+}
+
 static int verify_file(void *user, const char *path, const char *rel,
                        const struct stat *st, const tree_at *at)
 {
     verify_ctx *x = user;
     if (!S_ISREG(st->st_mode))
+        return 0;
+    if (verify_ids_entry(x, path, rel, st))
         return 0;
     bool pack = cli_is_pack_name(path);
     /* hidden files of a mount other than packs */
@@ -346,6 +383,7 @@ int cmd_verify(int argc, char **argv)
         json_begin_arr(&x.jw);
     }
     for (int i = first; i < argc; i++) {
+        cli_walk_ids = true;
         int r = tree_walk(argv[i], verify_file, NULL, &x);
         if (r < 0) {
             cli_err("%s: %s", argv[i], strerror(-r));

@@ -121,6 +121,8 @@ static int open_dir(int dirfd, const char *name, const struct stat *st)
     return fd;
 }
 
+bool cli_walk_ids;
+
 static int walk(int dirfd, const char *name, const char *path, const char *rel,
                 const walk_fns *w)
 {
@@ -131,6 +133,8 @@ static int walk(int dirfd, const char *name, const char *path, const char *rel,
     int r = w->pre(w->user, path, rel, &st, &at);
     if (r || !S_ISDIR(st.st_mode))
         return r;
+    if (!cli_walk_ids && !strcmp(rel, CLI_IDS_DIR))
+        return 0; /* the daemon's kept inodes: no files of the tree */
     char **names = NULL;
     size_t n = 0;
     int dfd = open_dir(dirfd, name, &st);

@@ -41,6 +41,7 @@ enum sqz_lock_rank {
     SQZ_RANK_META = 60,       /* sqz_inode.meta */
     SQZ_RANK_PUSH = 65,       /* sqz_inode.push_mu (push.c) */
     SQZ_RANK_PACKRD = 67,     /* sqz_pack_rd.mu (pack_rd.c) */
+    SQZ_RANK_IDENT = 70,      /* sqz_ident.mu (ident.c) */
     /* src/engine */
     SQZ_RANK_FILE = 100,      /* sqz_file.lock (rwlock) */
     SQZ_RANK_FILE_RA = 110,   /* sqz_file.ra_mu */
@@ -120,6 +121,15 @@ static inline int sqz_lo_tryrdlock(pthread_rwlock_t *l, int rank,
     return rc;
 }
 
+static inline int sqz_lo_trywrlock(pthread_rwlock_t *l, int rank,
+                                   const char *name)
+{
+    int rc = pthread_rwlock_trywrlock(l);
+    if (rc == 0)
+        sqz_lo_push(l, rank, name, 1);
+    return rc;
+}
+
 static inline void sqz_lo_rwunlock(pthread_rwlock_t *l, const char *name,
                                    const char *file, int line)
 {
@@ -136,6 +146,7 @@ static inline void sqz_lo_rwunlock(pthread_rwlock_t *l, const char *name,
 #define SQZ_WRLOCK(l, rank) \
     sqz_lo_rwlock((l), (rank), 1, #l, __FILE__, __LINE__)
 #define SQZ_TRYRDLOCK(l, rank) sqz_lo_tryrdlock((l), (rank), #l)
+#define SQZ_TRYWRLOCK(l, rank) sqz_lo_trywrlock((l), (rank), #l)
 #define SQZ_RWUNLOCK(l) sqz_lo_rwunlock((l), #l, __FILE__, __LINE__)
 /* A second rwlock of a rank already held, taken for writing in address
  * order (docs/LOCKING.md). */
@@ -159,6 +170,7 @@ static inline void sqz_lo_rwunlock(pthread_rwlock_t *l, const char *name,
 #define SQZ_WRLOCK(l, rank) ((void)pthread_rwlock_wrlock(l))
 #define SQZ_WRLOCK_NESTED(l, rank) ((void)pthread_rwlock_wrlock(l))
 #define SQZ_TRYRDLOCK(l, rank) pthread_rwlock_tryrdlock(l)
+#define SQZ_TRYWRLOCK(l, rank) pthread_rwlock_trywrlock(l)
 #define SQZ_RWUNLOCK(l) ((void)pthread_rwlock_unlock(l))
 #define SQZ_ASSERT_HELD(l) ((void)0)
 #define SQZ_ASSERT_EXCL(l) ((void)0)

@@ -43,6 +43,14 @@ struct sqz_inode;
  * kernel holds a file's inode lock during setxattr, which would make
  * writes, truncates and renames of the file wait for the whole job. */
 #define SQZ_IOC_TIER _IOW('Q', 0x16, uint64_t)
+/* The same "recompress it now" as user.squeezefs.recompress, on an open
+ * descriptor (argument: the SPEC text, NUL-terminated; "" the file's
+ * policy). squeezefs recompress uses it: a setxattr moves the file's
+ * ctime (the kernel's, as for any setxattr), an ioctl does not, and the
+ * rewrite is meant to be invisible to stat (docs/FORMAT.md "Kept inode
+ * numbers"). */
+#define SQZ_IOC_SPEC_MAX 64
+#define SQZ_IOC_RECOMPRESS _IOW('Q', 0x17, char[SQZ_IOC_SPEC_MAX])
 
 
 struct sqz_fs {
@@ -70,6 +78,8 @@ struct sqz_fs {
     struct fuse_session *se;    /* for kernel cache invalidation */
     struct sqz_reval *reval;    /* revalidate.c; NULL if not running */
     struct sqz_tier *tier;      /* tier.c; NULL on read-only mounts */
+    struct sqz_ident *ident;    /* ident.c: kept inode numbers; NULL on a
+                                   shared BACKING */
     int wlock_posix;            /* it is a per-process POSIX lock */
     atomic_uint push_inflight;  /* push.c: pushes running now */
     size_t plus_max_inodes;     /* const: READDIRPLUS looks entries up only
@@ -96,6 +106,7 @@ struct sqz_fs {
                                         mount (newfile_policy.c) */
 
     pthread_mutex_t itable_lock;
+    struct sqz_swap_pend *swap_pend; /* exchanges in progress (inode.c) */
     struct sqz_inode **buckets;
     size_t nbuckets, count;
     struct sqz_inode *root;

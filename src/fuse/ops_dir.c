@@ -6,6 +6,7 @@
 #include "node/kind.h"
 #include "store/leftover.h"
 #include "fuse/ops.h"
+#include "node/ident.h"
 #include "common/lockorder.h"
 
 /* One open directory handle. */
@@ -77,7 +78,7 @@ static size_t add_entry(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *dir
     if (!plus) {
         struct stat st;
         memset(&st, 0, sizeof(st));
-        st.st_ino = de->d_ino;
+        st.st_ino = sqz_ident_shown(fs, dir->dev, de->d_ino);
         st.st_mode = (mode_t)de->d_type << 12;
         return fuse_add_direntry(req, buf, room, de->d_name, &st, next);
     }
@@ -92,7 +93,7 @@ static size_t add_entry(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *dir
                sqz_inode_count(fs) >= fs->plus_max_inodes;
     if (bare || sqz_do_lookup(fs, dir, de->d_name, &e) != 0) {
         memset(&e, 0, sizeof(e));
-        e.attr.st_ino = de->d_ino;
+        e.attr.st_ino = sqz_ident_shown(fs, dir->dev, de->d_ino);
         e.attr.st_mode = (mode_t)de->d_type << 12;
     }
     return fuse_add_direntry_plus(req, buf, room, de->d_name, &e, next);

@@ -149,6 +149,14 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
         fuse_reply_err(req, EROFS);
         return;
     }
+    /* a regular file's mode, owner and times change under its io, shared:
+     * a replace (recompress, tiering) copies them to the new file and
+     * exchanges it in under io exclusive, with none changing in between */
+    int meta_locked = in->type == S_IFREG &&
+                      (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
+                                 FUSE_SET_ATTR_GID));
+    if (meta_locked)
+        SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     if (to_set & FUSE_SET_ATTR_MODE) {
         if (in->type == S_IFLNK)
             rc = -EOPNOTSUPP;
@@ -167,6 +175,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
         if (rc)
             goto out;
     }
+    if (meta_locked)
+        SQZ_RWUNLOCK(&in->io);
+    meta_locked = 0;
     if (to_set & FUSE_SET_ATTR_SIZE) {
         if (in->type != S_IFREG)
             rc = in->type == S_IFDIR ? -EISDIR : -EINVAL;
@@ -193,6 +204,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
         else if (to_set & FUSE_SET_ATTR_MTIME)
             tv[1] = attr->st_mtim;
         if (in->type == S_IFREG) {
+            SQZ_RDLOCK(&in->io, SQZ_RANK_IO); /* (as the mode above) */
+            meta_locked = 1;
             /* Pending data is not committed here: the times are kept
              * (sqz_content_keep_times below) and put back on the backing
              * file after the commit that writes the data (FLUSH, fsync,
@@ -224,6 +237,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
             sqz_content_keep_times(in);
     }
 out:
+    if (meta_locked)
+        SQZ_RWUNLOCK(&in->io);
     if (rc) {
         fuse_reply_err(req, -rc);
         return;

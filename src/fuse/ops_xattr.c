@@ -24,6 +24,7 @@
 #include "jobs/tier.h"
 #include "fuse/ops.h"
 #include "fuse/killpriv.h"
+#include "common/lockorder.h"
 #include "squeezefs/shown.h"
 #include "squeezefs/pack.h"
 
@@ -264,6 +265,21 @@ static char *trimmed(const char *value, size_t size)
     return s;
 }
 
+/* A regular file's xattrs change under its io, shared: a replace
+ * (recompress, tiering; io exclusive) copies them to the new file and
+ * exchanges it in with none changing in between (replace.c). */
+static void xattr_lock(struct sqz_inode *in)
+{
+    if (in->type == S_IFREG)
+        SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+}
+
+static void xattr_unlock(struct sqz_inode *in)
+{
+    if (in->type == S_IFREG)
+        SQZ_RWUNLOCK(&in->io);
+}
+
 static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
                       const char *value, size_t size, int flags)
 {
@@ -288,7 +304,9 @@ static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
     }
     char pp[64];
     sqz_proc_path(in->fd, pp, sizeof(pp));
+    xattr_lock(in);
     rc = setxattr(pp, SQZ_POLICY_XATTR, text, strlen(text), flags) ? -errno : 0;
+    xattr_unlock(in);
     free(text);
     if (rc == 0)
         sqz_policy_changed(fs); /* new files below it take it */
@@ -353,7 +371,9 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
     else {
         char pp[64];
         sqz_proc_path(in->fd, pp, sizeof(pp));
+        xattr_lock(in);
         rc = setxattr(pp, name, value, size, flags) ? -errno : 0;
+        xattr_unlock(in);
     }
     fuse_reply_err(req, -rc);
 }
@@ -378,7 +398,9 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
     else {
         char pp[64];
         sqz_proc_path(in->fd, pp, sizeof(pp));
+        xattr_lock(in);
         rc = removexattr(pp, name) ? -errno : 0;
+        xattr_unlock(in);
         if (rc == 0 && strcmp(name, SQZ_POLICY_XATTR) == 0)
             sqz_policy_changed(fs);
     }
@@ -453,11 +475,15 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     int rc;
     uint64_t rate;
-    if (cmd != (unsigned)SQZ_IOC_TIER || (flags & FUSE_IOCTL_COMPAT) ||
-        in_bufsz != sizeof(rate))
+    int tier = cmd == (unsigned)SQZ_IOC_TIER && in_bufsz == sizeof(rate);
+    int rec = cmd == (unsigned)SQZ_IOC_RECOMPRESS && in_bufsz == SQZ_IOC_SPEC_MAX;
+    if ((!tier && !rec) || (flags & FUSE_IOCTL_COMPAT))
         rc = -ENOTTY;
     else if (fs->opts.ro)
         rc = -EROFS;
+    else if (rec) /* (checks the caller itself) */
+        rc = do_recompress(req, fs, in, in_buf,
+                           strnlen(in_buf, SQZ_IOC_SPEC_MAX));
     else if (!caller_owns(req, in))
         rc = -EPERM;
     else {

@@ -23,6 +23,7 @@
 #include "fuse/ops.h"
 #include "fuse/killpriv.h"
 #include "mount/mountlife.h"
+#include "node/ident.h"
 #include "common/lockorder.h"
 
 #include <errno.h>
@@ -419,6 +420,7 @@ static void teardown(struct sqz_fs *fs)
     int rc = sqz_itable_free(fs);
     if (rc && g_destroy_rc == 0)
         g_destroy_rc = rc;
+    sqz_ident_free(fs);
     sqz_pack_rd_free(fs);
     if (fs->engine)
         sqz_engine_free(fs->engine);
@@ -556,6 +558,7 @@ int sqz_mount_main(int argc, char **argv)
     }
 
     sqz_ptimes_mount(fs);
+    sqz_ident_init(fs); /* kept inode numbers; before serving */
     if ((rc = sqz_packer_init(fs)) < 0 || (rc = sqz_pack_gc_init(fs)) < 0 ||
         (rc = sqz_pack_rd_init(fs)) < 0 ||
         (rc = sqz_durable_start(fs)) < 0) {

@@ -10,6 +10,7 @@
 #include "node/inode.h"
 #include "daemon/fs.h"
 #include "node/push.h"
+#include "node/ident.h"
 #include "common/lockorder.h"
 #include "common/fdpath.h"
 #include "common/beneath.h"
@@ -56,6 +57,7 @@ static struct sqz_inode *inode_new(int fd, const struct stat *st)
     in->type = st->st_mode & S_IFMT;
     in->kind = SQZ_K_UNKNOWN;
     in->create_fd = -1;
+    in->alt_fd = -1;
     return in;
 }
 
@@ -167,10 +169,22 @@ static void inode_destroy(struct sqz_inode *in)
         close(in->create_fd);
     if (in->fd >= 0)
         close(in->fd);
+    if (in->alt_fd >= 0)
+        close(in->alt_fd);
     pthread_rwlock_destroy(&in->io);
     pthread_mutex_destroy(&in->meta);
     sqz_push_destroy(in);
     free(in);
+}
+
+/* Freed by the table: the number a removed file kept is free (ident.c). */
+static void inode_gone(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    struct stat st;
+    if (in->type == S_IFREG && sqz_ident_any(fs) && fstat(in->fd, &st) == 0 &&
+        st.st_nlink == 0)
+        sqz_ident_gone(fs, in->dev, in->ino);
+    inode_destroy(in);
 }
 
 /* Caller holds itable_lock. */
@@ -200,7 +214,35 @@ static struct sqz_inode *table_find(struct sqz_fs *fs, dev_t dev, ino_t ino)
          in = in->next)
         if (in->dev == dev && in->ino == ino)
             return in;
+    /* a backing file being exchanged in for an inode (sqz_inode_swap_begin) */
+    for (struct sqz_swap_pend *p = fs->swap_pend; p; p = p->next)
+        if (p->dev == dev && p->ino == ino)
+            return p->in;
     return NULL;
+}
+
+void sqz_inode_swap_begin(struct sqz_fs *fs, struct sqz_inode *in,
+                          struct sqz_swap_pend *p, dev_t dev, ino_t ino)
+{
+    SQZ_ASSERT_EXCL(&in->io);
+    p->in = in;
+    p->dev = dev;
+    p->ino = ino;
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    p->next = fs->swap_pend;
+    fs->swap_pend = p;
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+}
+
+void sqz_inode_swap_end(struct sqz_fs *fs, struct sqz_swap_pend *p)
+{
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    struct sqz_swap_pend **pp = &fs->swap_pend;
+    while (*pp && *pp != p)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = p->next;
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
 }
 
 /* Grow when the chains get long (best effort: on ENOMEM keep the table). */
@@ -420,10 +462,14 @@ again:
         /* the file opened may have been renamed over meanwhile, and its
          * inode swapped to the new file (recompress, packing): a file
          * without links is never given a new inode, the name is asked
-         * again */
-        struct stat now;
+         * again; also where a replace keeps the old inode (ident.c),
+         * if the name holds another file now */
+        struct stat now, cur;
         if (fstatat(fd, "", &now, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) == 0 &&
-            now.st_nlink == 0) {
+            (now.st_nlink == 0 ||
+             (sqz_ident_any(fs) &&
+              (fstatat(dirfd, name, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
+               cur.st_ino != now.st_ino || cur.st_dev != now.st_dev)))) {
             SQZ_MUTEX_UNLOCK(&fs->itable_lock);
             close(fd);
             tries++;
@@ -432,8 +478,14 @@ again:
     }
     if (in) {
         in->nlookup++;
+        if (st->st_nlink > 1 && S_ISREG(st->st_mode)) {
+            int old = in->alt_fd; /* another name (inode_path.c) */
+            in->alt_fd = fd;
+            fd = old;
+        }
         SQZ_MUTEX_UNLOCK(&fs->itable_lock);
-        close(fd);
+        if (fd >= 0)
+            close(fd);
     } else {
         in = inode_new(fd, st);
         if (!in) {
@@ -474,10 +526,8 @@ void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
     }
     maybe_free_locked(fs, in, &dead);
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
-    if (dead) {
-        /* No handle is open (nopen == 0), so no sf exists. */
-        inode_destroy(dead);
-    }
+    if (dead) /* no handle is open (nopen == 0), so no sf exists */
+        inode_gone(fs, dead);
 }
 
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in)
@@ -506,7 +556,7 @@ void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
     maybe_free_locked(fs, in, &dead);
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     if (dead)
-        inode_destroy(dead);
+        inode_gone(fs, dead);
 }
 
 int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
@@ -528,6 +578,9 @@ int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
     in->dev = dev;
     in->ino = ino;
     table_insert(fs, in);
+    if (in->alt_fd >= 0) /* a name of the replaced file */
+        close(in->alt_fd);
+    in->alt_fd = -1;
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     return 0;
 }
@@ -564,72 +617,4 @@ int sqz_itable_foreach(struct sqz_fs *fs,
 void sqz_proc_path(int fd, char *buf, size_t n)
 {
     snprintf(buf, n, "/proc/self/fd/%d", fd);
-}
-
-int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
-                      size_t n)
-{
-    if (in->is_root) {
-        buf[0] = '\0';
-        return 0;
-    }
-    char abs[PATH_MAX + 16];
-    int rc = sqz_fd_path(in->fd, abs, sizeof(abs));
-    if (rc)
-        return rc;
-    const char *rel = sqz_path_below(abs, fs->backing_real, fs->backing_len);
-    if (!rel)
-        return -ENOENT; /* not below BACKING (moved away meanwhile) */
-    if (strlen(rel) >= n)
-        return -ENAMETOOLONG;
-    strcpy(buf, rel);
-    return 0;
-}
-
-/* One try of sqz_inode_dirfd: the directory the inode's current path names
- * (opened beneath BACKING, no symlink in any component), if its entry
- * name there is still this inode. */
-static int dirfd_once(struct sqz_fs *fs, struct sqz_inode *in,
-                      const struct stat *ist, char *base, size_t bn)
-{
-    char rel[PATH_MAX];
-    int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
-    if (rc)
-        return rc;
-    char *slash = strrchr(rel, '/');
-    const char *name = slash ? slash + 1 : rel;
-    if (slash)
-        *slash = '\0';
-    if (base && strlen(name) >= bn)
-        return -ENAMETOOLONG;
-    int dfd = sqz_open_beneath(fs->root_dirfd, slash ? rel : "",
-                               O_RDONLY | O_DIRECTORY, 0);
-    if (dfd < 0)
-        return dfd == -ELOOP || dfd == -ENOTDIR || dfd == -ENOENT ||
-                       dfd == -EXDEV
-                   ? -EBUSY /* the path changed meanwhile */
-                   : dfd;
-    struct stat cur;
-    if (fstatat(dfd, name, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
-        cur.st_dev != ist->st_dev || cur.st_ino != ist->st_ino) {
-        close(dfd);
-        return -EBUSY;
-    }
-    if (base)
-        strcpy(base, name);
-    return dfd;
-}
-
-int sqz_inode_dirfd(struct sqz_fs *fs, struct sqz_inode *in, char *base,
-                    size_t bn)
-{
-    if (in->is_root)
-        return -ENOENT; /* BACKING itself: no directory of it below BACKING */
-    struct stat ist;
-    if (fstat(in->fd, &ist) != 0)
-        return -errno;
-    int dfd = -EBUSY;
-    for (int i = 0; i < 3 && dfd == -EBUSY; i++) /* renamed meanwhile */
-        dfd = dirfd_once(fs, in, &ist, base, bn);
-    return dfd;
 }

@@ -47,6 +47,9 @@ struct sqz_inode {
     ino_t ino;
     uint64_t nlookup;
     uint64_t nopen;      /* open handles referencing this inode */
+    int alt_fd;          /* O_PATH fd of another name of a hard-linked
+                            regular file, the last a lookup found it by
+                            (inode_path.c), or -1 */
     /* const */
     int fd;              /* O_PATH|O_NOFOLLOW fd of the backing object */
     mode_t type;         /* S_IFMT bits */
@@ -139,6 +142,19 @@ void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
 /* The inode of backing object (dev, ino) if the table has it, with an
  * open reference (sqz_inode_open_unref), else NULL. */
 struct sqz_inode *sqz_inode_find_ref(struct sqz_fs *fs, dev_t dev, ino_t ino);
+/* Around the exchange that precedes a swap (replace.c): a lookup that
+ * opens the new backing file (dev, ino) by the file's name before the
+ * swap finds in, not a second inode of that file. Caller holds io
+ * exclusive; p lives until sqz_inode_swap_end. */
+struct sqz_swap_pend {
+    struct sqz_inode *in;
+    dev_t dev;
+    ino_t ino;
+    struct sqz_swap_pend *next;
+};
+void sqz_inode_swap_begin(struct sqz_fs *fs, struct sqz_inode *in,
+                          struct sqz_swap_pend *p, dev_t dev, ino_t ino);
+void sqz_inode_swap_end(struct sqz_fs *fs, struct sqz_swap_pend *p);
 /* After the backing object was renamed over (recompress, packing): make
  * in->fd a copy of npfd, the new object's O_PATH fd, and key the inode by
  * (dev, ino), in one critical section of the table. Caller holds io

@@ -7,6 +7,7 @@
 #include "daemon/fs.h"
 #include "node/inode.h"
 #include "node/ptimes.h"
+#include "node/ident.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
 
@@ -300,14 +301,20 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
 
 int sqz_getattr(struct sqz_fs *fs, struct sqz_inode *in, struct stat *st)
 {
-    if (in->type == S_IFDIR)
-        return sqz_ptimes_stat_dir(fs, in, st);
-    int rc = sqz_backing_stat(in, st);
+    int rc;
+    if (in->type == S_IFDIR) {
+        rc = sqz_ptimes_stat_dir(fs, in, st);
+        if (rc == 0)
+            sqz_ident_stat(fs, in, st);
+        return rc;
+    }
+    rc = sqz_backing_stat(in, st);
     if (rc)
         return rc;
     sqz_ptimes_apply(fs, in, st); /* (on the backing figures) */
     if (S_ISREG(st->st_mode))
         sqz_content_fix_stat(fs, in, st);
+    sqz_ident_stat(fs, in, st); /* the number it keeps (ident.c) */
     return 0;
 }
 
@@ -316,6 +323,7 @@ void sqz_entry_fill(struct sqz_fs *fs, struct sqz_inode *in,
 {
     e->ino = sqz_nodeid(fs, in);
     e->attr = *st;
+    sqz_ident_stat(fs, in, &e->attr);
     e->attr_timeout = fs->timeout;
     e->entry_timeout = fs->timeout;
 }

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/xattr.h>
+#include <unistd.h>
 
 /* A kept ctime counts until this long after the clock was read before
  * writing it (its own step stamps the backing ctime inside that time). */
@@ -241,7 +242,10 @@ void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
     keep_failed(fs, in, rc);
 }
 
-void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
+/* try: its io only tried (the caller holds a file's io), a while; if it
+ * stays taken, nothing is put back (ok 0). */
+static void dir_begin(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t,
+                      int try)
 {
     memset(t, 0, sizeof(*t));
     if (fstat(dfd, &t->before) != 0)
@@ -251,11 +255,24 @@ void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
      * sees it before the change or after its times are put back */
     t->in = fs ? sqz_inode_find_ref(fs, t->before.st_dev, t->before.st_ino)
                : NULL;
-    if (t->in) {
-        SQZ_WRLOCK(&t->in->io, SQZ_RANK_IO);
-        if (fstat(dfd, &t->before) != 0)
+    if (t->in && try) {
+        int got = 0;
+        for (int i = 0; i < 200 && !got; i++) {
+            got = SQZ_TRYWRLOCK(&t->in->io, SQZ_RANK_IO) == 0;
+            if (!got)
+                usleep(500);
+        }
+        if (!got) {
+            sqz_inode_open_unref(fs, t->in);
+            t->in = NULL;
             t->ok = 0;
+            return;
+        }
+    } else if (t->in) {
+        SQZ_WRLOCK(&t->in->io, SQZ_RANK_IO);
     }
+    if (t->in && fstat(dfd, &t->before) != 0)
+        t->ok = 0;
     t->gen = t->in ? sqz_ptimes_begin(t->in) : 0;
     t->shown = t->before.st_ctim;
     uint8_t b[SQZ_SHOWN_SIZE + 1];
@@ -264,6 +281,17 @@ void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
     if (n > 0 && sqz_shown_decode(b, (size_t)n, &s) == 0 &&
         sqz_shown_counts(&s, &t->before.st_ctim))
         t->shown = s.ctime;
+}
+
+void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
+{
+    dir_begin(fs, dfd, t, 0);
+}
+
+void sqz_ptimes_dir_try_begin(struct sqz_fs *fs, int dfd,
+                              struct sqz_ptimes_dir *t)
+{
+    dir_begin(fs, dfd, t, 1);
 }
 
 static int user_came(const struct sqz_ptimes_dir *t)

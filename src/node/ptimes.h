@@ -45,6 +45,11 @@ struct sqz_ptimes_dir {
 void sqz_ptimes_dir_begin(struct sqz_fs *fs, int dfd,
                           struct sqz_ptimes_dir *t);
 void sqz_ptimes_dir_end(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t);
+/* The same begin while the caller holds a file's io (replace.c): the
+ * directory's io is only tried (docs/LOCKING.md), for up to 0.1 s; if it
+ * stays taken, the directory's times are not put back. */
+void sqz_ptimes_dir_try_begin(struct sqz_fs *fs, int dfd,
+                              struct sqz_ptimes_dir *t);
 /* stat of directory in as shown (taken under its io: never in the middle
  * of background work on its entries). 0 or -errno. */
 int sqz_ptimes_stat_dir(struct sqz_fs *fs, struct sqz_inode *in,

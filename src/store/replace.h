@@ -12,14 +12,21 @@
 struct sqz_replace_temp {
     int dirfd;              /* the original's backing directory */
     char base[NAME_MAX + 1];/* the original's name in it */
-    char tmp[64];           /* the temporary's name (SQZ_TMP_PREFIX...) */
+    char tmp[64];           /* the temporary's name (SQZ_TMP_PREFIX..., or
+                               an intent n.S.B.Y in the keepers' directory) */
     int made;               /* the temporary exists (removed by discard) */
+    int tdirfd;             /* the temporary's directory: the keepers'
+                               (ident.c, borrowed: the original keeps its
+                               inode number), or -1: dirfd */
 };
 
-/* Create the temporary next to in's backing file, which must still be the
- * file bst describes (else -EBUSY), in its directory as sqz_inode_dirfd
- * opens it (beneath BACKING, no symlink followed). Returns its O_RDWR fd,
- * or -errno. t must be discarded (sqz_replace_temp_discard) in every case. */
+/* Create the temporary for in's backing file, which must still be the
+ * file bst describes (else -EBUSY) in its directory as sqz_inode_dirfd
+ * opens it (beneath BACKING, no symlink followed): in the keepers'
+ * directory on a local BACKING (ident.h: the file keeps its inode number,
+ * its directory sees only the exchange), else next to it. Returns its
+ * O_RDWR fd, or -errno. t must be discarded (sqz_replace_temp_discard) in
+ * every case. */
 int sqz_replace_temp_create(struct sqz_fs *fs, struct sqz_inode *in,
                        const struct stat *bst, struct sqz_replace_temp *t);
 /* Remove the temporary if it still exists; close the directory. */

@@ -1,0 +1,125 @@
+/* Where an inode's backing file is: its path below BACKING (for labels and
+ * policy resolving) and its directory (for packing's packs and the
+ * temporaries of a replace), found through the name its O_PATH descriptor
+ * was opened by, checked to still name it.
+ *
+ * A hard-linked file can lose that name (unlinked, or renamed over) and
+ * live on under another: the inode keeps the descriptor of the last other
+ * name a lookup found it by (alt_fd, set in inode.c), and takes that one
+ * over when its own name no longer names it. Without it such a file was
+ * never packed (its directory could not be found). */
+#include "node/inode.h"
+#include "common/lockorder.h"
+#include "common/fdpath.h"
+#include "common/beneath.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <unistd.h>
+
+/* The path of descriptor fd below BACKING. */
+static int fd_relpath(struct sqz_fs *fs, int fd, char *buf, size_t n)
+{
+    char abs[PATH_MAX + 16];
+    int rc = sqz_fd_path(fd, abs, sizeof(abs));
+    if (rc)
+        return rc;
+    const char *rel = sqz_path_below(abs, fs->backing_real, fs->backing_len);
+    if (!rel)
+        return -ENOENT; /* not below BACKING (moved away meanwhile) */
+    if (strlen(rel) >= n)
+        return -ENAMETOOLONG;
+    strcpy(buf, rel);
+    return 0;
+}
+
+int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
+                      size_t n)
+{
+    if (in->is_root) {
+        buf[0] = '\0';
+        return 0;
+    }
+    return fd_relpath(fs, in->fd, buf, n);
+}
+
+/* One try of sqz_inode_dirfd: the directory the current path of fd names
+ * (opened beneath BACKING, no symlink in any component), if its entry
+ * name there is still the inode ist describes. */
+static int dirfd_once(struct sqz_fs *fs, int fd, const struct stat *ist,
+                      char *base, size_t bn)
+{
+    char rel[PATH_MAX];
+    int rc = fd_relpath(fs, fd, rel, sizeof(rel));
+    if (rc)
+        return rc;
+    char *slash = strrchr(rel, '/');
+    const char *name = slash ? slash + 1 : rel;
+    if (slash)
+        *slash = '\0';
+    if (base && strlen(name) >= bn)
+        return -ENAMETOOLONG;
+    int dfd = sqz_open_beneath(fs->root_dirfd, slash ? rel : "",
+                               O_RDONLY | O_DIRECTORY, 0);
+    if (dfd < 0)
+        return dfd == -ELOOP || dfd == -ENOTDIR || dfd == -ENOENT ||
+                       dfd == -EXDEV
+                   ? -EBUSY /* the path changed meanwhile */
+                   : dfd;
+    struct stat cur;
+    if (fstatat(dfd, name, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
+        cur.st_dev != ist->st_dev || cur.st_ino != ist->st_ino) {
+        close(dfd);
+        return -EBUSY;
+    }
+    if (base)
+        strcpy(base, name);
+    return dfd;
+}
+
+/* in's own name no longer names it: through the other name a lookup saw
+ * (the same file: same device and inode), which in->fd then becomes (the
+ * same number, the same file: nothing else changes). */
+static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in,
+                     const struct stat *ist, char *base, size_t bn)
+{
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    int alt = in->alt_fd >= 0 ? fcntl(in->alt_fd, F_DUPFD_CLOEXEC, 0) : -1;
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    if (alt < 0)
+        return -EBUSY;
+    struct stat ast;
+    int dfd = -EBUSY;
+    if (fstat(alt, &ast) == 0 && ast.st_dev == ist->st_dev &&
+        ast.st_ino == ist->st_ino)
+        dfd = dirfd_once(fs, alt, ist, base, bn);
+    if (dfd >= 0) {
+        SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+        if (in->alt_fd >= 0 && in->ino == ist->st_ino &&
+            dup3(alt, in->fd, O_CLOEXEC) >= 0) {
+            close(in->alt_fd);
+            in->alt_fd = -1;
+        }
+        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    }
+    close(alt);
+    return dfd;
+}
+
+int sqz_inode_dirfd(struct sqz_fs *fs, struct sqz_inode *in, char *base,
+                    size_t bn)
+{
+    if (in->is_root)
+        return -ENOENT; /* BACKING itself: no directory of it below BACKING */
+    struct stat ist;
+    if (fstat(in->fd, &ist) != 0)
+        return -errno;
+    int dfd = -EBUSY;
+    for (int i = 0; i < 3 && dfd == -EBUSY; i++) /* renamed meanwhile */
+        dfd = dirfd_once(fs, in->fd, &ist, base, bn);
+    if (dfd == -EBUSY && ist.st_nlink > 0)
+        dfd = dirfd_alt(fs, in, &ist, base, bn);
+    return dfd;
+}
