@@ -171,6 +171,33 @@ def test_seek_sees_data_the_kernel_has_not_written_back(mount_factory):
         os.close(fd)
 
 
+def test_st_blksize_is_the_block_size_holes_are_counted_in(mount_factory):
+    """st_blksize shows the file's block size, the unit SEEK_HOLE counts
+    holes in (xfstests' seek_sanity_test takes it as the allocation size):
+    for a file just created, one written, one packed, after a remount."""
+    m = mount_factory(options=["compress=zstd:1/64K"])
+    fd = os.open(m.path("new"), os.O_CREAT | os.O_RDWR, 0o644)
+    try:
+        assert os.fstat(fd).st_blksize == 64 * KiB
+        os.pwrite(fd, b"y" * 10, 3 * 64 * KiB + 5)
+        assert os.fstat(fd).st_blksize == 64 * KiB
+        # data ends inside its block: the hole starts at the block's end
+        assert os.lseek(fd, 3 * 64 * KiB, os.SEEK_HOLE) == 3 * 64 * KiB + 15
+        os.pwrite(fd, b"z" * 10, 9 * 64 * KiB)
+        assert os.lseek(fd, 3 * 64 * KiB, os.SEEK_HOLE) == 4 * 64 * KiB
+    finally:
+        os.close(fd)
+    with open(m.path("small"), "wb") as f:
+        f.write(b"s" * 5000)
+    os.makedirs(m.path("d"))
+    with open(m.path("d", "big"), "wb") as f:
+        f.write(b"b" * (300 * KiB))
+    m.unmount()
+    m.start()
+    for name in ("new", "small", "d/big"):
+        assert os.stat(m.path(name)).st_blksize == 64 * KiB, name
+
+
 def test_punch_frees_space_in_stat_and_du(mount_factory):
     m = mount_factory(options=["compress=zstd:1/64K"])
     p = m.path("f")

@@ -217,6 +217,9 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
         return;
     }
     memset(&e, 0, sizeof(e));
+    /* the new file's block size (as getattr shows it, node/kind.c) */
+    if (pol.spec.log2bs >= 12 && pol.spec.log2bs <= 20)
+        st.st_blksize = (blksize_t)1 << pol.spec.log2bs;
     sqz_entry_fill(fs, in, &st, &e);
     sqz_ptimes_kernel_seen(fs, in, &e.attr);
     fi->fh = (uint64_t)(uintptr_t)h;

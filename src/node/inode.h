@@ -91,6 +91,8 @@ struct sqz_inode {
     enum sqz_kind probe_kind;
     uint64_t probe_len;  /* logical length (CONTAINER, PACKED) */
     uint32_t probe_stored; /* PACKED: stored bytes (st_blocks) */
+    int probe_log2bs;    /* CONTAINER, PACKED: log2 of the block size (the
+                            st_blksize shown: the unit of holes), 0 if not known */
     sqz_ctr *stash;      /* the read-only container the last probe opened,
                             kept for the open that usually follows a
                             lookup (inode.c); NULL if none */

@@ -53,6 +53,7 @@ int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,
         *len = p.length;
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
         in->probe_stored = p.stored_len;
+        in->probe_log2bs = p.params.log2bs;
         SQZ_MUTEX_UNLOCK(&in->meta);
     } else if (r == -EBADMSG) {
         char label[PATH_MAX];
@@ -184,6 +185,13 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
         if (rc == 0) {
             *kind = SQZ_K_CONTAINER;
             *len = sqz_ctr_length(c);
+            size_t bs = sqz_ctr_block_size(c);
+            int lb = 0;
+            while ((size_t)1 << lb < bs)
+                lb++;
+            SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+            in->probe_log2bs = lb;
+            SQZ_MUTEX_UNLOCK(&in->meta);
             sqz_inode_stash_put(in, c, &ok);
         } else if (rc == -EBADMSG) {
             *kind = SQZ_K_DAMAGED;
@@ -265,8 +273,14 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
         return; /* show the backing figures */
     }
     int open_sf = kind == SQZ_K_CONTAINER && in->sf;
-    if (open_sf)
+    size_t bs = 0;
+    if (open_sf) {
         dirty = sqz_file_dirty(in->sf);
+        bs = sqz_ctr_block_size(sqz_file_ctr(in->sf));
+    } else if (kind == SQZ_K_PENDING && in->pending.log2bs >= 12 &&
+               in->pending.log2bs <= 20) {
+        bs = (size_t)1 << in->pending.log2bs;
+    }
     SQZ_RWUNLOCK(&in->io);
 
     if (kind == SQZ_K_PLAIN)
@@ -279,6 +293,16 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
     }
     if (len > 0 && st->st_blocks == 0)
         st->st_blocks = 8;
+    /* st_blksize: the file's block size, the unit of its holes (lseek
+     * SEEK_DATA/SEEK_HOLE) and of the writes that cost no read */
+    if (!bs && (kind == SQZ_K_CONTAINER || kind == SQZ_K_PACKED)) {
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        if (in->probe_log2bs >= 12 && in->probe_log2bs <= 20)
+            bs = (size_t)1 << in->probe_log2bs;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
+    if (bs)
+        st->st_blksize = (blksize_t)bs;
     if (open_sf) {
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
         if (in->utimes_kept) {
