@@ -15,7 +15,8 @@ prom_parser = pytest.importorskip(
 
 GAUGES = {"cache_bytes", "dirty_bytes", "pack_pending", "durable_queued",
           "killpriv_v2", "writeback_cache", "tier_interval", "tier_rate",
-          "tier_running", "tier_last_pass", "tier_last_pass_seconds"}
+          "tier_running", "tier_last_pass", "tier_last_pass_seconds",
+          "inodes", "max_fds", "fd_handles", "fd_cached", "fd_cache_max"}
 
 
 def prom(*mounts, check=True):

@@ -25,6 +25,9 @@ TIER_KEYS = {"tier_interval", "tier_rate", "tier_files", "tier_bytes_before",
 FUSE_KEYS = {"security_xattr_gets", "killpriv_v2", "writeback_cache", "pack_pending",
              "read_errors", "durable_queued", "durable_marked", "durable_batches",
              "durable_failures"}
+# the inodes and the daemon's descriptors of them (issue 28, src/node/ifd.c)
+FD_KEYS = {"inodes", "max_fds", "fd_handles", "fd_cached", "fd_cache_max", "fd_reopens",
+           "fd_evictions", "fd_stale"}
 
 
 def text(n, seed=0):
@@ -44,7 +47,7 @@ def wr(path, data):
 
 def test_stats_keys(mnt):
     s = mount_stats(mnt.mnt)
-    want = KEYS | TIER_KEYS | FUSE_KEYS
+    want = KEYS | TIER_KEYS | FUSE_KEYS | FD_KEYS
     assert set(s) == want, f"extra {set(s) - want}, missing {want - set(s)}"
     for k, v in s.items():
         assert isinstance(v, (float if k == "tier_last_pass_seconds" else int)) and v >= 0, (k, v)

@@ -17,6 +17,8 @@ static const char *const keys[] = {
     "pushed_blocks", "pushed_bytes", "push_skipped", "opens_from_lookup",
     "files_packed", "pack_failures", "packs_removed", "pack_entries_moved",
     "packed_bytes_read", "read_errors", "durable_marked", "durable_failures",
+    "inodes", "max_fds", "fd_cached", "fd_cache_max", "fd_reopens",
+    "fd_evictions", "fd_stale",
 };
 #define NKEYS (sizeof keys / sizeof keys[0])
 

@@ -54,6 +54,7 @@ enum sqz_lock_rank {
     SQZ_RANK_POOL = 310,      /* sqz_pool.mu */
     /* src/cli */
     SQZ_RANK_CLI_POOL = 400,  /* workpool.mu (src/cli/workpool.h) */
+    SQZ_RANK_IFD = 500,       /* the inode descriptor cache (src/fuse/ifd.c) */
 };
 
 /* Initialise a mutex (error-checking in debug builds). 0 or an errno. */

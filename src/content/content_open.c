@@ -244,6 +244,7 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     record_kc(in, view_key(in, &vk) ? &vk : NULL);
     SQZ_RWUNLOCK(&in->io);
     sqz_inode_open_ref(fs, in);
+    sqz_ifd_hold(in, 1);
     /* A new view of a file another mount wrote: pushes of the old view
      * still in flight end before this open returns (push.c). */
     if (view_changed)
@@ -295,10 +296,12 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
     SQZ_RWUNLOCK(&in->io);
     if (create_fd >= 0)
         close(create_fd);
-    if (rc == 0)
+    if (rc == 0) {
         sqz_inode_open_ref(fs, in);
-    else if (writable)
+        sqz_ifd_hold(in, 1);
+    } else if (writable) {
         sqz_push_unblock(in);
+    }
     return rc;
 }
 
@@ -389,6 +392,7 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
     SQZ_RWUNLOCK(&in->io);
     if (h->writable)
         sqz_push_unblock(in); /* its changes are all in the daemon now */
+    sqz_ifd_hold(in, -1);
     sqz_inode_open_unref(fs, in);
     return rc;
 }

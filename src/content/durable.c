@@ -41,7 +41,8 @@
 
 #define SQZ_DURABLE_DELAY_MS 2000
 /* Queue length at which the thread is woken early, and at which a closing
- * caller waits for room (each entry holds an open file descriptor). */
+ * caller waits for room (each entry holds an open file descriptor: a
+ * quarter of max_fds=, ifd.c). */
 #define SQZ_DURABLE_KICK 256
 #define SQZ_DURABLE_MAX 1024
 
@@ -52,6 +53,9 @@ struct sqz_durable {
     pthread_cond_t room;    /* closers waiting for the queue to shrink */
     struct sqz_inode **q;
     size_t n, cap;
+    size_t kick, max;       /* SQZ_DURABLE_KICK/MAX within max_fds= */
+    size_t inflight;        /* entries of the batch being processed (their
+                               descriptors count against max too) */
     int use_syncfs;
     int root_fd;
     /* statistics (mu) */
@@ -241,6 +245,7 @@ static int run_batch(struct sqz_fs *fs, int final)
     size_t n = d->n;
     d->q = NULL;
     d->n = d->cap = 0;
+    d->inflight = n;
     if (n)
         d->batches++;
     pthread_cond_broadcast(&d->room);
@@ -258,6 +263,7 @@ static int run_batch(struct sqz_fs *fs, int final)
         SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
         struct sqz_inode **newer = d->q;
         size_t nn = d->n;
+        d->inflight = 0;
         d->q = v;
         d->n = d->cap = n;
         for (size_t i = 0; i < nn; i++)
@@ -269,6 +275,10 @@ static int run_batch(struct sqz_fs *fs, int final)
     }
     memcpy(keep, v, n * sizeof(*keep));
     rc = process(fs, keep, n, final);
+    SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
+    d->inflight = 0;
+    pthread_cond_broadcast(&d->room);
+    SQZ_MUTEX_UNLOCK(&d->mu);
     for (size_t i = 0; i < n; i++)
         if (keep[i])
             sqz_inode_open_unref(fs, v[i]);
@@ -281,7 +291,7 @@ static int run_batch(struct sqz_fs *fs, int final)
 static int queue_full(struct sqz_durable *d)
 {
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
-    int full = d->n >= SQZ_DURABLE_KICK || d->bg.stop;
+    int full = d->n >= d->kick || d->bg.stop;
     SQZ_MUTEX_UNLOCK(&d->mu);
     return full;
 }
@@ -296,7 +306,7 @@ static void pack_some(struct sqz_fs *fs, int quiet)
     while ((np = sqz_pack_npending(fs)) > 0) {
         if (!quiet && np < max)
             break;
-        if (np < max + SQZ_DURABLE_MAX && queue_full(d))
+        if (np < max + d->max && queue_full(d))
             break;
         if (sqz_pack_pending(fs) == 0)
             break; /* no memory: the notes stay */
@@ -309,7 +319,7 @@ static void *durable_main(void *arg)
     struct sqz_durable *d = fs->durable;
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     while (!d->bg.stop) {
-        if (d->n < SQZ_DURABLE_KICK && !sqz_bg_sleep(&d->bg, SQZ_DURABLE_DELAY_MS))
+        if (d->n < d->kick && !sqz_bg_sleep(&d->bg, SQZ_DURABLE_DELAY_MS))
             break;
         size_t queued = d->n;
         SQZ_MUTEX_UNLOCK(&d->mu);
@@ -318,7 +328,7 @@ static void *durable_main(void *arg)
         /* packing waits for a quiet moment: a batch not started by a full
          * queue (a stream of closes is not slowed down by it) */
         sqz_pack_retry(fs);
-        pack_some(fs, queued < SQZ_DURABLE_KICK);
+        pack_some(fs, queued < d->kick);
         sqz_pack_gc_run(fs, 0);
         SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     }
@@ -332,6 +342,10 @@ int sqz_durable_start(struct sqz_fs *fs)
     if (!d)
         return -ENOMEM;
     d->root_fd = fs->root_dirfd;
+    /* 3/8 of max_fds= (the inode cache has half, ifd.c) */
+    d->max = fs->opts.max_fds ? fs->opts.max_fds * 3 / 8 : SQZ_DURABLE_MAX;
+    d->max = d->max < 4 ? 4 : d->max > SQZ_DURABLE_MAX ? SQZ_DURABLE_MAX : d->max;
+    d->kick = d->max / 4 < SQZ_DURABLE_KICK ? d->max / 4 : SQZ_DURABLE_KICK;
     d->use_syncfs = sqz_backing_local(fs->root_dirfd);
     int rc = -sqz_mutex_init(&d->mu);
     if (rc == 0 && (rc = -pthread_cond_init(&d->room, NULL)) < 0)
@@ -393,7 +407,7 @@ void sqz_durable_wait_room(struct sqz_fs *fs)
     if (!d)
         return;
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
-    while (d->n >= SQZ_DURABLE_MAX && d->bg.running && !d->bg.stop) {
+    while (d->n + d->inflight >= d->max && d->bg.running && !d->bg.stop) {
         pthread_cond_signal(&d->bg.wake);
         pthread_cond_wait(&d->room, &d->mu);
     }
@@ -413,7 +427,7 @@ int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
         return 0;
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     int rc = requeue_locked(d, in);
-    if (rc == 0 && d->n >= SQZ_DURABLE_KICK)
+    if (rc == 0 && d->n >= d->kick)
         pthread_cond_signal(&d->bg.wake);
     SQZ_MUTEX_UNLOCK(&d->mu);
     if (rc < 0) {

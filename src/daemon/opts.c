@@ -328,6 +328,19 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
         }
         return 0;
     }
+    if (strcmp(key, "max_fds") == 0) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long long n = has_val && *val != '-' && *val != '+'
+                                   ? strtoull(val, &end, 10) : 0;
+        if (!has_val || !*val || errno || *end || n < 16 || n > (1u << 24)) {
+            sqz_errf(err, errlen, "max_fds=%s: expected a number 16..16777216",
+                    has_val ? val : "");
+            return -EINVAL;
+        }
+        o->max_fds = (size_t)n;
+        return 0;
+    }
     if (strcmp(key, "min_saving") == 0) {
         if (!has_val || parse_min_saving(val, &o->min_saving) != 0) {
             sqz_errf(err, errlen, "min_saving=%s: expected a percentage 0..100 (e.g. 12.5)",
@@ -481,7 +494,7 @@ int sqz_parse_mount_options(const char *optstring, struct sqz_mount_opts *out,
 const char *sqz_mount_opt_key(const char *name)
 {
     static const char *const own[] = {
-        "cache", "readahead", "threads", "min_saving", "policy", "tier",
+        "cache", "readahead", "threads", "max_fds", "min_saving", "policy", "tier",
         "tier_rate", "revalidate", "wait_writer", "allow_other",
         "default_permissions", NULL,
     };
@@ -505,11 +518,12 @@ int sqz_mount_opts_describe(const struct sqz_mount_opts *o, char *buf, size_t n)
     if (sqz_spec_format(&o->spec, spec, sizeof(spec)) < 0)
         snprintf(spec, sizeof(spec), "?");
     int len = snprintf(buf, n,
-        "compress=%s\ncache=%zu\nreadahead=%zu\nthreads=%d\nmin_saving=%u.%u\n"
+        "compress=%s\ncache=%zu\nreadahead=%zu\nthreads=%d\nmax_fds=%zu\n"
+        "min_saving=%u.%u\n"
         "policy=%s\ntier=%lld\ntier_rate=%llu\nrevalidate=%d\nwait_writer=%d\n"
         "writeback=%d\npack=%d\nro=%d\nallow_other=%d\ndefault_permissions=%d\n"
         "fuse=%s\n",
-        spec, o->cache_bytes, o->readahead_bytes, o->threads,
+        spec, o->cache_bytes, o->readahead_bytes, o->threads, o->max_fds,
         o->min_saving / 10, o->min_saving % 10,
         o->policy_file ? o->policy_file : "", o->tier_s, o->tier_rate,
         o->revalidate_s, o->wait_writer_s, o->writeback, o->pack, o->ro,

@@ -29,6 +29,10 @@ struct sqz_mount_opts {
     size_t readahead_bytes; /* readahead= kernel read-ahead window (default
                                1M; 0 = leave the kernel's default) */
     int threads;            /* threads= (0 = number of cores) */
+    size_t max_fds;         /* max_fds= the daemon's own descriptors (ifd.c;
+                               0 = the default, 2048, at most half of the
+                               open-file limit); the effective bound after
+                               start */
     int revalidate_s;       /* revalidate= seconds (read-only mounts: how
                                long an open descriptor may show a file
                                another mount changed; 0 = only at open) */

@@ -129,7 +129,7 @@ static void kill_suidgid(struct sqz_fs *fs, struct sqz_inode *in,
     if (!in || in->type != S_IFREG)
         return;
     struct stat st;
-    if (fstatat(in->fd, "", &st, AT_EMPTY_PATH) != 0)
+    if (sqz_backing_stat(in, &st) != 0)
         return;
     mode_t kill = st.st_mode & S_ISUID;
     /* set-group-ID without group execute too when the caller is not in
@@ -141,8 +141,13 @@ static void kill_suidgid(struct sqz_fs *fs, struct sqz_inode *in,
     if (!kill || (ask && caller_has_fsetid(pid, uid)))
         return;
     char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    if (fchmodat(AT_FDCWD, pp, st.st_mode & 07777 & ~kill, 0) != 0) {
+    int fd = sqz_ifd_get(in);
+    if (fd < 0)
+        return;
+    sqz_proc_path(fd, pp, sizeof(pp));
+    int rc = fchmodat(AT_FDCWD, pp, st.st_mode & 07777 & ~kill, 0);
+    sqz_ifd_put(in);
+    if (rc != 0) {
         sqz_logf(SQZ_LOG_WARN, "cannot clear set-ID bits after a write: %s",
                  strerror(errno));
         return;

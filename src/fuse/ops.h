@@ -12,5 +12,6 @@ void sqz_ops_entry(struct fuse_lowlevel_ops *ops);
 void sqz_ops_file(struct fuse_lowlevel_ops *ops);
 void sqz_ops_dir(struct fuse_lowlevel_ops *ops);
 void sqz_ops_xattr(struct fuse_lowlevel_ops *ops);
+void sqz_ops_access(struct fuse_lowlevel_ops *ops); /* ops_access.c */
 
 #endif

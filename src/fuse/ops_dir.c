@@ -39,11 +39,15 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
         fuse_reply_err(req, ENOMEM);
         return;
     }
-    int fd = openat(in->fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = sqz_ifd_get(in);
+    if (fd >= 0) {
+        int ifd = fd;
+        fd = sqz_openat_fd(ifd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+        sqz_ifd_put(in);
+    }
     if (fd < 0) {
-        int e = errno;
         free(d);
-        fuse_reply_err(req, e);
+        fuse_reply_err(req, -fd);
         return;
     }
     d->dp = fdopendir(fd);

@@ -1,6 +1,6 @@
 /* Namespace and attribute operations: lookup, forget, getattr, setattr,
- * mkdir, rmdir, unlink, rename, link, symlink, readlink, mknod, statfs,
- * access. Every path operation is *at() relative to an inode's O_PATH fd
+ * mkdir, rmdir, unlink, rename, link, symlink, readlink, mknod, statfs
+ * (access: ops_access.c). Every path operation is *at() relative to an inode's O_PATH fd
  * with a single, checked name component; symlinks in BACKING are never
  * followed. */
 #include "daemon/fs.h"
@@ -50,15 +50,20 @@ static void reply_new_entry(fuse_req_t req, struct sqz_fs *fs,
 
 /* Start creating `name` in directory `parent`: checks the name and the
  * read-only flag and stats the parent (its set-gid bit and group decide
- * the new node's group). Returns the parent, or NULL after replying with
- * the error. */
+ * the new node's group). Returns the parent with its descriptor pinned
+ * (*pfd; finish_new_entry or the caller puts it), or NULL after replying
+ * with the error. */
 static struct sqz_inode *begin_new_entry(fuse_req_t req, struct sqz_fs *fs,
                                          fuse_ino_t parent, const char *name,
-                                         struct stat *pst)
+                                         struct stat *pst, int *pfd)
 {
     struct sqz_inode *p = sqz_inode_of(fs, parent);
     int e = check_new_name(fs, name);
     int rc = e ? -e : sqz_backing_stat(p, pst);
+    if (rc == 0) {
+        *pfd = sqz_ifd_get(p);
+        rc = *pfd < 0 ? *pfd : 0;
+    }
     if (rc) {
         fuse_reply_err(req, -rc);
         return NULL;
@@ -72,19 +77,19 @@ static struct sqz_inode *begin_new_entry(fuse_req_t req, struct sqz_fs *fs,
  * entry; if that fails the node is removed again (unlinkat with
  * unlink_flags) and the error is the reply. */
 static void finish_new_entry(fuse_req_t req, struct sqz_fs *fs,
-                             struct sqz_inode *p, const char *name,
+                             struct sqz_inode *p, int pfd, const char *name,
                              const struct stat *pst, int rc, int unlink_flags)
 {
     if (rc == 0) {
         rc = sqz_chown_new(fs, req, p, name, pst);
         if (rc)
-            unlinkat(p->fd, name, unlink_flags);
+            unlinkat(pfd, name, unlink_flags);
     }
-    if (rc) {
+    if (rc)
         fuse_reply_err(req, -rc);
-        return;
-    }
-    reply_new_entry(req, fs, p, name);
+    else
+        reply_new_entry(req, fs, p, name);
+    sqz_ifd_put(p);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -137,7 +142,12 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     struct sqz_handle *h = fi ? (struct sqz_handle *)(uintptr_t)fi->fh : NULL;
     char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
+    int ifd = sqz_ifd_get(in);
+    if (ifd < 0) {
+        fuse_reply_err(req, -ifd);
+        return;
+    }
+    sqz_proc_path(ifd, pp, sizeof(pp));
     int rc = 0;
     sqz_ptimes_user(fs, in);
 
@@ -146,6 +156,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
                                   FUSE_SET_ATTR_ATIME | FUSE_SET_ATTR_MTIME |
                                   FUSE_SET_ATTR_ATIME_NOW |
                                   FUSE_SET_ATTR_MTIME_NOW))) {
+        sqz_ifd_put(in);
         fuse_reply_err(req, EROFS);
         return;
     }
@@ -170,7 +181,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
     if (to_set & (FUSE_SET_ATTR_UID | FUSE_SET_ATTR_GID)) {
         uid_t uid = (to_set & FUSE_SET_ATTR_UID) ? attr->st_uid : (uid_t)-1;
         gid_t gid = (to_set & FUSE_SET_ATTR_GID) ? attr->st_gid : (gid_t)-1;
-        if (fchownat(in->fd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
+        if (fchownat(ifd, "", uid, gid, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW))
             rc = -errno;
         if (rc)
             goto out;
@@ -222,7 +233,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
             /* on the symlink's own O_PATH fd; a kernel whose utimensat
              * refuses AT_EMPTY_PATH (EINVAL) gets its magic link, which
              * resolves to the symlink itself, not its target */
-            rc = utimensat(in->fd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
+            rc = utimensat(ifd, "", tv, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW);
             if (rc != 0 && errno == EINVAL)
                 rc = utimensat(AT_FDCWD, pp, tv, 0);
             rc = rc ? -errno : 0;
@@ -239,6 +250,7 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 out:
     if (meta_locked)
         SQZ_RWUNLOCK(&in->io);
+    sqz_ifd_put(in);
     if (rc) {
         fuse_reply_err(req, -rc);
         return;
@@ -257,11 +269,12 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct stat pst;
-    struct sqz_inode *p = begin_new_entry(req, fs, parent, name, &pst);
+    int pfd;
+    struct sqz_inode *p = begin_new_entry(req, fs, parent, name, &pst, &pfd);
     if (!p)
         return;
-    int rc = mkdirat(p->fd, name, mode & 07777) != 0 ? -errno : 0;
-    finish_new_entry(req, fs, p, name, &pst, rc, AT_REMOVEDIR);
+    int rc = mkdirat(pfd, name, mode & 07777) != 0 ? -errno : 0;
+    finish_new_entry(req, fs, p, pfd, name, &pst, rc, AT_REMOVEDIR);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -269,7 +282,8 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct stat pst;
-    struct sqz_inode *p = begin_new_entry(req, fs, parent, name, &pst);
+    int pfd;
+    struct sqz_inode *p = begin_new_entry(req, fs, parent, name, &pst, &pfd);
     if (!p)
         return;
     int rc = 0;
@@ -280,14 +294,15 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
         rc = sqz_resolve_new(fs, p, name, &pol);
         int fd = -1;
         if (rc == 0) {
-            fd = openat(p->fd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW |
-                                         O_CLOEXEC | O_NOATIME, mode & 07777);
+            fd = sqz_openat_fd(pfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW |
+                                              O_CLOEXEC | O_NOATIME, mode & 07777);
             if (fd < 0)
-                rc = -errno;
+                rc = fd;
             else
                 close(fd);
         }
         if (rc) {
+            sqz_ifd_put(p);
             fuse_reply_err(req, -rc);
             return;
         }
@@ -296,7 +311,8 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
         if (rc == 0)
             rc = sqz_do_lookup(fs, p, name, &ent);
         if (rc) {
-            unlinkat(p->fd, name, 0);
+            unlinkat(pfd, name, 0);
+            sqz_ifd_put(p);
             fuse_reply_err(req, -rc);
             return;
         }
@@ -305,8 +321,10 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
         rc = sqz_content_create(fs, in, &pol, -1, NULL, O_WRONLY, &h);
         if (rc == 0)
             rc = sqz_content_release(fs, &h);
+        if (rc)
+            unlinkat(pfd, name, 0);
+        sqz_ifd_put(p);
         if (rc) {
-            unlinkat(p->fd, name, 0);
             sqz_inode_forget(fs, in, 1);
             fuse_reply_err(req, -rc);
             return;
@@ -316,17 +334,18 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
             sqz_inode_forget(fs, in, 1);
         return;
     }
-    if ((type == S_IFCHR || type == S_IFBLK) && fuse_req_ctx(req)->uid != 0) {
-        fuse_reply_err(req, EPERM);
+    if ((type == S_IFCHR || type == S_IFBLK) && fuse_req_ctx(req)->uid != 0)
+        rc = -EPERM;
+    else if (type != S_IFIFO && type != S_IFSOCK && type != S_IFCHR &&
+             type != S_IFBLK)
+        rc = -EINVAL;
+    if (rc) {
+        sqz_ifd_put(p);
+        fuse_reply_err(req, -rc);
         return;
     }
-    if (type != S_IFIFO && type != S_IFSOCK && type != S_IFCHR &&
-        type != S_IFBLK) {
-        fuse_reply_err(req, EINVAL);
-        return;
-    }
-    rc = mknodat(p->fd, name, mode, rdev) != 0 ? -errno : 0;
-    finish_new_entry(req, fs, p, name, &pst, rc, 0);
+    rc = mknodat(pfd, name, mode, rdev) != 0 ? -errno : 0;
+    finish_new_entry(req, fs, p, pfd, name, &pst, rc, 0);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
@@ -334,11 +353,12 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct stat pst;
-    struct sqz_inode *p = begin_new_entry(req, fs, parent, name, &pst);
+    int pfd;
+    struct sqz_inode *p = begin_new_entry(req, fs, parent, name, &pst, &pfd);
     if (!p)
         return;
-    int rc = symlinkat(link, p->fd, name) != 0 ? -errno : 0;
-    finish_new_entry(req, fs, p, name, &pst, rc, 0);
+    int rc = symlinkat(link, pfd, name) != 0 ? -errno : 0;
+    finish_new_entry(req, fs, p, pfd, name, &pst, rc, 0);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
@@ -361,16 +381,23 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
         e = -sqz_content_unpack_if_packed_locked(fs, in);
     }
     sqz_pack_gc_rename_begin(fs, p);
-    if (e == 0 && linkat(in->fd, "", p->fd, newname, AT_EMPTY_PATH) != 0) {
+    int ifd = e ? -1 : sqz_ifd_get(in), pfd = ifd < 0 ? ifd : sqz_ifd_get(p);
+    if (e == 0 && (ifd < 0 || pfd < 0))
+        e = ifd < 0 ? -ifd : -pfd;
+    if (e == 0 && linkat(ifd, "", pfd, newname, AT_EMPTY_PATH) != 0) {
         /* AT_EMPTY_PATH needs CAP_DAC_READ_SEARCH; /proc works otherwise
          * (not for symlinks, which it would follow). */
         e = errno;
         if ((e == EPERM || e == ENOENT) && in->type != S_IFLNK) {
             char pp[64];
-            sqz_proc_path(in->fd, pp, sizeof(pp));
-            e = linkat(AT_FDCWD, pp, p->fd, newname, AT_SYMLINK_FOLLOW) != 0 ? errno : 0;
+            sqz_proc_path(ifd, pp, sizeof(pp));
+            e = linkat(AT_FDCWD, pp, pfd, newname, AT_SYMLINK_FOLLOW) != 0 ? errno : 0;
         }
     }
+    if (pfd >= 0)
+        sqz_ifd_put(p);
+    if (ifd >= 0)
+        sqz_ifd_put(in);
     sqz_pack_gc_rename_end(fs, p);
     if (file)
         SQZ_RWUNLOCK(&in->io);
@@ -381,6 +408,17 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
     reply_new_entry(req, fs, p, newname);
 }
 
+/* fstatat of name in dir (no symlink followed). 0 or -errno. */
+static int stat_at(struct sqz_inode *dir, const char *name, struct stat *st)
+{
+    int fd = sqz_ifd_get(dir);
+    if (fd < 0)
+        return fd;
+    int rc = fstatat(fd, name, st, AT_SYMLINK_NOFOLLOW) != 0 ? -errno : 0;
+    sqz_ifd_put(dir);
+    return rc;
+}
+
 /* The regular file name in dir, looked up (one lookup reference: forget
  * it), or NULL. */
 static struct sqz_inode *file_of(struct sqz_fs *fs, struct sqz_inode *dir,
@@ -388,7 +426,7 @@ static struct sqz_inode *file_of(struct sqz_fs *fs, struct sqz_inode *dir,
 {
     struct stat st;
     struct sqz_inode *in;
-    if (fs->opts.ro || fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+    if (fs->opts.ro || stat_at(dir, name, &st) != 0 ||
         !S_ISREG(st.st_mode) || sqz_inode_lookup(fs, dir, name, &st, &in) != 0)
         return NULL;
     if (in->type != S_IFREG) {
@@ -403,17 +441,22 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
     int e = sqz_name_errno(name, ENOENT);
+    int pfd = e ? -1 : sqz_ifd_get(p);
+    if (pfd < 0 && e == 0)
+        e = -pfd;
     struct stat st;
     /* a 0-byte file may be packed: its entry is dead once the last name
      * goes (pack_gc.c) */
-    int have = e == 0 && fstatat(p->fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+    int have = e == 0 && fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
     int maybe_packed = have && S_ISREG(st.st_mode) && st.st_size == 0 &&
         st.st_nlink == 1;
     sqz_ptimes_user(fs, p);
-    if (e == 0 && unlinkat(p->fd, name, 0) != 0)
+    if (e == 0 && unlinkat(pfd, name, 0) != 0)
         e = errno;
     if (e == 0 && maybe_packed)
-        sqz_pack_gc_note(fs, p->fd);
+        sqz_pack_gc_note(fs, pfd);
+    if (pfd >= 0)
+        sqz_ifd_put(p);
     fuse_reply_err(req, e);
 }
 
@@ -422,12 +465,17 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *p = sqz_inode_of(fs, parent);
     int e = sqz_name_errno(name, ENOENT);
+    int pfd = e ? -1 : sqz_ifd_get(p);
+    if (pfd < 0 && e == 0)
+        e = -pfd;
     sqz_ptimes_user(fs, p);
-    if (e == 0 && unlinkat(p->fd, name, AT_REMOVEDIR) != 0) {
+    if (e == 0 && unlinkat(pfd, name, AT_REMOVEDIR) != 0) {
         e = errno;
         if ((e == ENOTEMPTY || e == EEXIST) && sqz_hidden_clear(fs, p, name) == 0)
-            e = unlinkat(p->fd, name, AT_REMOVEDIR) != 0 ? errno : 0;
+            e = unlinkat(pfd, name, AT_REMOVEDIR) != 0 ? errno : 0;
     }
+    if (pfd >= 0)
+        sqz_ifd_put(p);
     fuse_reply_err(req, e);
 }
 
@@ -436,8 +484,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static int is_dir_at(struct sqz_inode *dir, const char *name)
 {
     struct stat st;
-    return fstatat(dir->fd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
-           S_ISDIR(st.st_mode);
+    return stat_at(dir, name, &st) != 0 || S_ISDIR(st.st_mode);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -485,15 +532,22 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
             rc = sqz_content_unpack_if_packed_locked(fs, b);
     }
     struct stat st;
-    int over_empty = !(flags & RENAME_EXCHANGE) &&
-        fstatat(np->fd, newname, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+    int over_empty = !(flags & RENAME_EXCHANGE) && stat_at(np, newname, &st) == 0 &&
         S_ISREG(st.st_mode) && st.st_size == 0 && st.st_nlink == 1;
+    int pfd = rc ? -1 : sqz_ifd_get(p), npfd = pfd < 0 ? -1 : sqz_ifd_get(np);
+    if (rc == 0 && (pfd < 0 || npfd < 0))
+        rc = pfd < 0 ? pfd : npfd;
     if (rc == 0) {
         sqz_ptimes_user4(fs, p, np, a, b);
         sqz_pack_gc_rename_begin(fs, p);
         if (np != p)
             sqz_pack_gc_rename_begin(fs, np);
-        rc = renameat2(p->fd, name, np->fd, newname, flags) != 0 ? -errno : 0;
+        rc = renameat2(pfd, name, npfd, newname, flags) != 0 ? -errno : 0;
+        if (rc == 0) { /* the names the inodes keep (ifd.c) */
+            sqz_inode_renamed(fs, np, newname);
+            if (flags & RENAME_EXCHANGE)
+                sqz_inode_renamed(fs, p, name);
+        }
         if (rc == 0 && (is_dir_at(np, newname) ||
                         ((flags & RENAME_EXCHANGE) && is_dir_at(p, name))))
             sqz_policy_changed(fs); /* a directory's chain changed */
@@ -510,7 +564,11 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
         sqz_inode_forget(fs, a, 1);
     }
     if (rc == 0 && over_empty) /* it replaced a file that may have been packed */
-        sqz_pack_gc_note(fs, np->fd);
+        sqz_pack_gc_note(fs, npfd);
+    if (npfd >= 0)
+        sqz_ifd_put(np);
+    if (pfd >= 0)
+        sqz_ifd_put(p);
     fuse_reply_err(req, -rc);
 }
 
@@ -519,9 +577,16 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *in = sqz_inode_of(fs, ino);
     char buf[PATH_MAX + 1];
-    ssize_t r = readlinkat(in->fd, "", buf, sizeof(buf));
+    int fd = sqz_ifd_get(in);
+    if (fd < 0) {
+        fuse_reply_err(req, -fd);
+        return;
+    }
+    ssize_t r = readlinkat(fd, "", buf, sizeof(buf));
+    int e = errno;
+    sqz_ifd_put(in);
     if (r < 0) {
-        fuse_reply_err(req, errno);
+        fuse_reply_err(req, e);
         return;
     }
     if ((size_t)r >= sizeof(buf)) {
@@ -543,73 +608,6 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
         fuse_reply_statfs(req, &sv);
 }
 
-/* Is gid one of the caller's supplementary groups? All of them count (a
- * user may be in hundreds: NGROUPS_MAX is 65536). */
-static int in_supplementary_groups(fuse_req_t req, gid_t gid)
-{
-    gid_t small[64];
-    gid_t *g = small;
-    int n = fuse_req_getgroups(req, 64, small);
-    if (n > 64) {
-        g = malloc((size_t)n * sizeof(*g));
-        if (!g)
-            return 0;
-        int m = fuse_req_getgroups(req, n, g);
-        n = m < n ? m : n; /* the list may have changed meanwhile */
-    }
-    int found = 0;
-    for (int i = 0; i < n && !found; i++)
-        found = g[i] == gid;
-    if (g != small)
-        free(g);
-    return found;
-}
-
-/* ACCESS is only reached without default_permissions (then only the
- * mounting user can use the mount); CREATE of a name made meanwhile asks
- * too (ops_file.c). */
-int sqz_req_may(fuse_req_t req, const struct stat *st, int mask)
-{
-    const struct fuse_ctx *ctx = fuse_req_ctx(req);
-    if (mask == F_OK)
-        return 0;
-    if (ctx->uid == 0) {
-        /* root: X needs at least one x bit (or a directory). */
-        int ok = !(mask & X_OK) || S_ISDIR(st->st_mode) ||
-                 (st->st_mode & (S_IXUSR | S_IXGRP | S_IXOTH));
-        return ok ? 0 : -EACCES;
-    }
-    mode_t bits;
-    if (ctx->uid == st->st_uid) {
-        bits = (st->st_mode >> 6) & 7;
-    } else {
-        int ingroup = ctx->gid == st->st_gid;
-        if (!ingroup)
-            ingroup = in_supplementary_groups(req, st->st_gid);
-        bits = ingroup ? (st->st_mode >> 3) & 7 : st->st_mode & 7;
-    }
-    int need = ((mask & R_OK) ? 4 : 0) | ((mask & W_OK) ? 2 : 0) |
-               ((mask & X_OK) ? 1 : 0);
-    return ((int)bits & need) == need ? 0 : -EACCES;
-}
-
-static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
-{
-    struct sqz_fs *fs = sqz_fs_of(req);
-    struct sqz_inode *in = sqz_inode_of(fs, ino);
-    struct stat st;
-    int rc = sqz_backing_stat(in, &st);
-    if (rc) {
-        fuse_reply_err(req, -rc);
-        return;
-    }
-    if ((mask & W_OK) && fs->opts.ro) {
-        fuse_reply_err(req, EROFS);
-        return;
-    }
-    fuse_reply_err(req, -sqz_req_may(req, &st, mask));
-}
-
 void sqz_ops_entry(struct fuse_lowlevel_ops *ops)
 {
     ops->lookup = op_lookup;
@@ -626,5 +624,5 @@ void sqz_ops_entry(struct fuse_lowlevel_ops *ops)
     ops->rename = op_rename;
     ops->readlink = op_readlink;
     ops->statfs = op_statfs;
-    ops->access = op_access;
+    sqz_ops_access(ops);
 }

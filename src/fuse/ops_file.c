@@ -117,6 +117,16 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
 }
 
+/* Remove name from p again (a creation that failed). */
+static void unlink_in(struct sqz_inode *p, const char *name)
+{
+    int pfd = sqz_ifd_get(p);
+    if (pfd >= 0) {
+        unlinkat(pfd, name, 0);
+        sqz_ifd_put(p);
+    }
+}
+
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
                       mode_t mode, struct fuse_file_info *fi)
 {
@@ -146,10 +156,15 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     }
     struct fuse_entry_param e;
     /* (O_NOATIME: the daemon's reads through it never move the atime) */
-    int fd = openat(p->fd, name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW |
-                                     O_CLOEXEC | O_NOATIME, mode & 07777);
+    int fd = sqz_ifd_get(p);
+    if (fd >= 0) {
+        int pfd = fd;
+        fd = sqz_openat_fd(pfd, name, O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW |
+                                          O_CLOEXEC | O_NOATIME, mode & 07777);
+        sqz_ifd_put(p);
+    }
     if (fd < 0) {
-        rc = -errno;
+        rc = fd;
         if (rc == -EEXIST && !(flags & O_EXCL)) {
             /* Raced with another creator: open the existing file, with
              * the access the caller has on it (the kernel saw no file and
@@ -200,7 +215,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     }
     if (rc) {
         close(fd);
-        unlinkat(p->fd, name, 0);
+        unlink_in(p, name);
         free(h);
         fuse_reply_err(req, -rc);
         return;
@@ -210,7 +225,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
         char label[PATH_MAX];
         sqz_inode_label(fs, in, label, sizeof(label));
         sqz_logf(SQZ_LOG_ERR, "%s: cannot create container: %s", label, strerror(-rc));
-        unlinkat(p->fd, name, 0);
+        unlink_in(p, name);
         sqz_inode_forget(fs, in, 1);
         free(h);
         fuse_reply_err(req, -rc);

@@ -87,6 +87,8 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
     sqz_pack_gc_stats(fs, &premoved, &pmoved);
     uint64_t dqueued, dmarked, dbatches, dfailures;
     sqz_durable_stats(fs, &dqueued, &dmarked, &dbatches, &dfailures);
+    struct sqz_ifd_stats fd;
+    sqz_ifd_stats(&fd);
     char tier[1024];
     if (sqz_tier_stats_json(fs, tier, sizeof(tier)) < 0)
         tier[0] = '\0';
@@ -108,7 +110,10 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         ", \"durable_marked\": %" PRIu64 ", \"durable_batches\": %" PRIu64
         ", \"durable_failures\": %" PRIu64
         ", \"security_xattr_gets\": %lu"
-        ", \"killpriv_v2\": %d, \"writeback_cache\": %d%s}",
+        ", \"killpriv_v2\": %d, \"writeback_cache\": %d"
+        ", \"fd_handles\": %d, \"fd_cached\": %" PRIu64 ", \"fd_cache_max\": %" PRIu64
+        ", \"fd_reopens\": %" PRIu64 ", \"fd_evictions\": %" PRIu64
+        ", \"fd_stale\": %" PRIu64 ", \"max_fds\": %zu, \"inodes\": %zu%s}",
         s.logical_bytes_read, s.logical_bytes_written, s.backing_bytes_read,
         s.backing_bytes_written, s.blocks_decompressed, s.bytes_decompressed,
         s.blocks_compressed, s.bytes_compressed, s.raw_blocks_stored, s.draft_blocks,
@@ -121,7 +126,9 @@ static int stats_json(struct sqz_fs *fs, char *buf, size_t n)
         (uint64_t)atomic_load(&fs->read_errors), dqueued, dmarked, dbatches,
         dfailures,
         atomic_load(&fs->sec_xattr_gets), sqz_killpriv_active(),
-        fs->opts.writeback, tier);
+        fs->opts.writeback, sqz_ifd_handles(), fd.open_fds, fd.max_fds,
+        fd.reopens, fd.evictions, fd.stale, fs->opts.max_fds,
+        sqz_inode_count(fs), tier);
 }
 
 static int stat_json(const struct sqz_ctr_stat *st, char *buf, size_t n)
@@ -214,23 +221,20 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
             return;
         }
         char pp[64];
-        sqz_proc_path(in->fd, pp, sizeof(pp));
-        if (size == 0) {
-            ssize_t r = getxattr(pp, name, NULL, 0);
-            if (r < 0)
-                fuse_reply_err(req, errno);
-            else
-                fuse_reply_xattr(req, (size_t)r);
+        int ifd = sqz_ifd_get(in);
+        if (ifd < 0) {
+            fuse_reply_err(req, -ifd);
             return;
         }
-        char *v = malloc(size);
-        if (!v) {
-            fuse_reply_err(req, ENOMEM);
-            return;
-        }
-        ssize_t r = getxattr(pp, name, v, size);
+        sqz_proc_path(ifd, pp, sizeof(pp));
+        char *v = size ? malloc(size) : NULL;
+        ssize_t r = size && !v ? (errno = ENOMEM, -1) : getxattr(pp, name, v, size);
+        int e = errno;
+        sqz_ifd_put(in);
         if (r < 0)
-            fuse_reply_err(req, errno);
+            fuse_reply_err(req, e);
+        else if (size == 0)
+            fuse_reply_xattr(req, (size_t)r);
         else
             fuse_reply_buf(req, v, (size_t)r);
         free(v);
@@ -280,6 +284,24 @@ static void xattr_unlock(struct sqz_inode *in)
         SQZ_RWUNLOCK(&in->io);
 }
 
+/* setxattr (flags >= 0) or removexattr (flags -1) on in's backing
+ * object, under xattr_lock. 0 or -errno. */
+static int set_x(struct sqz_inode *in, const char *name, const void *value,
+                 size_t size, int flags)
+{
+    char pp[64];
+    int ifd = sqz_ifd_get(in);
+    if (ifd < 0)
+        return ifd;
+    sqz_proc_path(ifd, pp, sizeof(pp));
+    xattr_lock(in);
+    int rc = flags < 0 ? removexattr(pp, name) : setxattr(pp, name, value, size, flags);
+    rc = rc ? -errno : 0;
+    xattr_unlock(in);
+    sqz_ifd_put(in);
+    return rc;
+}
+
 static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
                       const char *value, size_t size, int flags)
 {
@@ -302,11 +324,7 @@ static int set_policy(fuse_req_t req, struct sqz_fs *fs, struct sqz_inode *in,
         free(text);
         return -EINVAL;
     }
-    char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    xattr_lock(in);
-    rc = setxattr(pp, SQZ_POLICY_XATTR, text, strlen(text), flags) ? -errno : 0;
-    xattr_unlock(in);
+    rc = set_x(in, SQZ_POLICY_XATTR, text, strlen(text), flags);
     free(text);
     if (rc == 0)
         sqz_policy_changed(fs); /* new files below it take it */
@@ -369,11 +387,7 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
     else if (in->type == S_IFLNK)
         rc = -EPERM;
     else {
-        char pp[64];
-        sqz_proc_path(in->fd, pp, sizeof(pp));
-        xattr_lock(in);
-        rc = setxattr(pp, name, value, size, flags) ? -errno : 0;
-        xattr_unlock(in);
+        rc = set_x(in, name, value, size, flags);
     }
     fuse_reply_err(req, -rc);
 }
@@ -396,16 +410,14 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
     else if (in->type == S_IFLNK)
         rc = -ENODATA;
     else {
-        char pp[64];
-        sqz_proc_path(in->fd, pp, sizeof(pp));
-        xattr_lock(in);
-        rc = removexattr(pp, name) ? -errno : 0;
-        xattr_unlock(in);
+        rc = set_x(in, name, NULL, 0, -1);
         if (rc == 0 && strcmp(name, SQZ_POLICY_XATTR) == 0)
             sqz_policy_changed(fs);
     }
     fuse_reply_err(req, -rc);
 }
+
+static void list_x(fuse_req_t req, const char *pp, size_t size);
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
@@ -416,7 +428,19 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
         return;
     }
     char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
+    int ifd = sqz_ifd_get(in);
+    if (ifd < 0) {
+        fuse_reply_err(req, -ifd);
+        return;
+    }
+    sqz_proc_path(ifd, pp, sizeof(pp));
+    list_x(req, pp, size);
+    sqz_ifd_put(in);
+}
+
+/* LISTXATTR of the object at pp (user.* names only). */
+static void list_x(fuse_req_t req, const char *pp, size_t size)
+{
     ssize_t n = listxattr(pp, NULL, 0);
     if (n < 0) {
         fuse_reply_err(req, errno);

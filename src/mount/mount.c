@@ -63,6 +63,8 @@ void sqz_mount_usage(FILE *out)
         "     readahead=SIZE      kernel read-ahead window, 0 or 4K..64M\n"
         "                         (default 1M; needs root, else 128K)\n"
         "     threads=N           compression threads (default: cores)\n"
+        "     max_fds=N           descriptors the daemon holds on its own\n"
+        "                         (default 2048, at most half the fd limit)\n"
         "     min_saving=PCT      store a block raw unless compression saves\n"
         "                         PCT percent (default 12.5)\n"
         "     policy=FILE         rule file (lines: PATTERN SPEC\n"
@@ -350,8 +352,8 @@ static int build_fuse_args(struct sqz_fs *fs, const char *prog, int debug,
     return rc ? -1 : 0;
 }
 
-/* Every inode the kernel holds keeps an O_PATH fd, and closed files wait
- * for their durable mark with their fd open (durable.c): take the hard
+/* The daemon's own descriptors stay within max_fds= (ifd.c), at most half
+ * of the limit; the rest is for the user's open files: take the hard
  * limit, as other FUSE file systems do, instead of the default 1024. */
 static void raise_fd_limit(struct sqz_fs *fs)
 {
@@ -362,17 +364,18 @@ static void raise_fd_limit(struct sqz_fs *fs)
             sqz_logf(SQZ_LOG_WARN, "cannot raise the open file limit: %s",
                      strerror(errno));
     }
-    /* READDIRPLUS gives every listed entry an inode (and its fd): only
-     * while the inodes take at most half of the limit (ops_dir.c) */
+    /* READDIRPLUS gives every listed entry an inode (memory, and a
+     * descriptor in the bounded cache, ifd.c): up to a million inodes
+     * (ops_dir.c); the packing notes below keep their bound of half the
+     * limit */
+    fs->plus_max_inodes = (size_t)1 << 20;
+    size_t pm = (size_t)1 << 20;
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        fs->plus_max_inodes = (size_t)rl.rlim_cur / 2;
-    else
-        fs->plus_max_inodes = (size_t)1 << 20;
+        pm = (size_t)rl.rlim_cur / 2;
     /* Small files closed in a stream (`cp -r`) wait to be packed until the
      * stream ends; their notes keep inodes the kernel held a moment ago,
      * at most half of the limit too (a tree of 8,000 files packed in the
      * middle of its copy made the copy 1.3x slower) */
-    size_t pm = fs->plus_max_inodes;
     fs->pack_pending_max = pm < SQZ_PACK_PENDING_MIN ? SQZ_PACK_PENDING_MIN
                            : pm > SQZ_PACK_PENDING_MAX ? SQZ_PACK_PENDING_MAX : pm;
 }

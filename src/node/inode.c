@@ -1,9 +1,12 @@
 /* Inode table: kernel node ids <-> backing objects.
  *
- * Every inode the kernel knows holds an O_PATH|O_NOFOLLOW fd of its backing
- * object (so the backing inode cannot be freed and its number reused while
- * the kernel may still refer to it). The table is keyed by the backing
- * (st_dev, st_ino); the kernel-visible node id is the address of our
+ * Every inode the kernel knows can open its backing object again (ifd.c:
+ * a file handle, or its parent and name), and a bounded cache holds the
+ * O_PATH|O_NOFOLLOW descriptors of the hot ones. A backing inode number
+ * may be given to a new file once the old one is gone and no descriptor
+ * holds it: a lookup that finds an inode without a descriptor compares
+ * the file handles (generation included) before it takes it. The table
+ * is keyed by the backing (st_dev, st_ino); the kernel-visible node id is the address of our
  * sqz_inode (FUSE_ROOT_ID for the root), so it stays stable when
  * recompress and packing replace the backing file (sqz_inode_swap).
  * Protected by sqz_fs.itable_lock (docs/LOCKING.md). */
@@ -31,7 +34,7 @@ static size_t bucket_of(const struct sqz_fs *fs, dev_t dev, ino_t ino)
     return (size_t)(h % fs->nbuckets);
 }
 
-static struct sqz_inode *inode_new(int fd, const struct stat *st)
+static struct sqz_inode *inode_new(const struct stat *st)
 {
     struct sqz_inode *in = calloc(1, sizeof(*in));
     if (!in)
@@ -51,7 +54,7 @@ static struct sqz_inode *inode_new(int fd, const struct stat *st)
         free(in);
         return NULL;
     }
-    in->fd = fd;
+    in->fdc.fd = -1;
     in->dev = st->st_dev;
     in->ino = st->st_ino;
     in->type = st->st_mode & S_IFMT;
@@ -61,130 +64,60 @@ static struct sqz_inode *inode_new(int fd, const struct stat *st)
     return in;
 }
 
-/* What identifies a backing file's content version (for caches). */
-void sqz_bkey_of(const struct stat *st, struct sqz_bkey *k)
-{
-    memset(k, 0, sizeof(*k));
-    k->ino = st->st_ino;
-    k->size = st->st_size;
-    k->mtime = st->st_mtim;
-    k->ctime = st->st_ctim;
-}
-
-int sqz_bkey_eq(const struct sqz_bkey *a, const struct sqz_bkey *b)
-{
-    return a->ino == b->ino && a->size == b->size &&
-           a->mtime.tv_sec == b->mtime.tv_sec &&
-           a->mtime.tv_nsec == b->mtime.tv_nsec &&
-           a->ctime.tv_sec == b->ctime.tv_sec &&
-           a->ctime.tv_nsec == b->ctime.tv_nsec;
-}
-
-/* The stash: a lookup probes a container (opens it, reads its head and
- * index) for its length, and the open that usually follows would do all of
- * it again. The probe keeps the read-only container it opened, keyed by
- * the backing version it was read at; a read-only open at that same
- * version takes it (sqz_content_ensure_sf). It lives with the inode (inode.c), whose
- * teardown closes it. At most STASH_MAX are kept
- * per process (each holds a descriptor and an index): past that a probe
- * closes its container as before. */
-#define STASH_MAX 64
-static atomic_int g_stashed;
-static atomic_uint_fast64_t g_stash_hits;
-
-void sqz_inode_stash_put(struct sqz_inode *in, sqz_ctr *c,
-                           const struct sqz_bkey *key)
-{
-    sqz_ctr *old = NULL;
-    if (key->ino == 0) {
-        sqz_ctr_close(c);
-        return;
-    }
-    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (in->stash) {
-        old = in->stash; /* replaced: count unchanged */
-    } else if (atomic_fetch_add(&g_stashed, 1) >= STASH_MAX) {
-        atomic_fetch_sub(&g_stashed, 1);
-        SQZ_MUTEX_UNLOCK(&in->meta);
-        sqz_ctr_close(c);
-        return;
-    }
-    in->stash = c;
-    in->stash_key = *key;
-    SQZ_MUTEX_UNLOCK(&in->meta);
-    if (old)
-        sqz_ctr_close(old);
-}
-
-/* Take the stash out of the inode (caller owns it), with its key. */
-static sqz_ctr *stash_grab(struct sqz_inode *in, struct sqz_bkey *key)
-{
-    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    sqz_ctr *c = in->stash;
-    if (c) {
-        *key = in->stash_key;
-        in->stash = NULL;
-        atomic_fetch_sub(&g_stashed, 1);
-    }
-    SQZ_MUTEX_UNLOCK(&in->meta);
-    return c;
-}
-
-sqz_ctr *sqz_inode_stash_take(struct sqz_inode *in, struct sqz_bkey *key)
-{
-    sqz_ctr *c = stash_grab(in, key);
-    if (!c)
-        return NULL; /* the common case past the limit: no fstat */
-    struct stat st;
-    struct sqz_bkey now;
-    if (fstat(in->fd, &st) == 0) {
-        sqz_bkey_of(&st, &now);
-        if (sqz_bkey_eq(&now, key)) {
-            atomic_fetch_add(&g_stash_hits, 1);
-            return c;
-        }
-    }
-    sqz_ctr_close(c); /* the file changed since: read it anew */
-    return NULL;
-}
-
-uint64_t sqz_inode_stash_hits(void)
-{
-    return (uint64_t)atomic_load(&g_stash_hits);
-}
-
-void sqz_inode_stash_drop(struct sqz_inode *in)
-{
-    struct sqz_bkey key;
-    sqz_ctr *c = stash_grab(in, &key);
-    if (c)
-        sqz_ctr_close(c);
-}
-
-static void inode_destroy(struct sqz_inode *in)
+/* Frees in; returns the parent whose child reference it held (name
+ * mode, ifd.c), for the caller to drop. */
+static struct sqz_inode *inode_destroy(struct sqz_inode *in)
 {
     sqz_inode_stash_drop(in);
     free(in->dirpol); /* newfile_policy.c: plain memory */
     if (in->create_fd >= 0)
         close(in->create_fd);
-    if (in->fd >= 0)
-        close(in->fd);
+    struct sqz_inode *parent = sqz_ifd_detach(in);
     if (in->alt_fd >= 0)
         close(in->alt_fd);
     pthread_rwlock_destroy(&in->io);
     pthread_mutex_destroy(&in->meta);
     sqz_push_destroy(in);
     free(in);
+    return parent;
 }
 
-/* Freed by the table: the number a removed file kept is free (ident.c). */
+static void maybe_free_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                              struct sqz_inode **to_free);
+static int lookup_in(struct sqz_fs *fs, int dirfd, struct sqz_inode *parent,
+                     const char *name, struct stat *st, struct sqz_inode **out);
+
+/* Free dead and then each parent it was the last reference of. */
+static void destroy_chain(struct sqz_fs *fs, struct sqz_inode *dead)
+{
+    while (dead) {
+        struct sqz_inode *p = inode_destroy(dead);
+        dead = NULL;
+        if (p) {
+            SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+            if (p->nchild > 0)
+                p->nchild--;
+            maybe_free_locked(fs, p, &dead);
+            SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+        }
+    }
+}
+
+/* Freed by the table: the number a removed file kept is free (ident.c):
+ * its backing file has no link left, or (by handle) is gone. */
 static void inode_gone(struct sqz_fs *fs, struct sqz_inode *in)
 {
     struct stat st;
-    if (in->type == S_IFREG && sqz_ident_any(fs) && fstat(in->fd, &st) == 0 &&
-        st.st_nlink == 0)
-        sqz_ident_gone(fs, in->dev, in->ino);
-    inode_destroy(in);
+    if (in->type == S_IFREG && sqz_ident_any(fs)) {
+        int fd = sqz_ifd_get(in);
+        int gone = fd >= 0 ? fstat(fd, &st) == 0 && st.st_nlink == 0
+                           : fd == -ESTALE && sqz_ifd_handles();
+        if (fd >= 0)
+            sqz_ifd_put(in);
+        if (gone)
+            sqz_ident_gone(fs, in->dev, in->ino);
+    }
+    destroy_chain(fs, in);
 }
 
 /* Caller holds itable_lock. */
@@ -289,11 +222,14 @@ int sqz_itable_init(struct sqz_fs *fs)
         close(fd);
         return e;
     }
-    struct sqz_inode *root = inode_new(fd, &st);
+    fs->opts.max_fds = sqz_ifd_budget(fs->opts.max_fds);
+    int rc = sqz_ifd_init(fs->root_dirfd, st.st_dev, fs->opts.max_fds);
+    struct sqz_inode *root = rc ? NULL : inode_new(&st);
     if (!root) {
         close(fd);
-        return -ENOMEM;
+        return rc ? rc : -ENOMEM;
     }
+    sqz_ifd_attach(root, fd, NULL, 1);
     root->is_root = 1;
     root->nlookup = 1;
     fs->root = root;
@@ -322,7 +258,7 @@ int sqz_itable_free(struct sqz_fs *fs)
                 if (rc < 0 && first == 0)
                     first = rc;
             }
-            inode_destroy(in);
+            inode_destroy(in); /* every inode goes: no child counts */
             in = next;
         }
     }
@@ -371,13 +307,17 @@ int sqz_name_ok(const char *name)
 int sqz_inode_reopen(struct sqz_inode *in, int flags)
 {
     char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
+    int pfd = sqz_ifd_get(in);
+    if (pfd < 0)
+        return pfd;
+    sqz_proc_path(pfd, pp, sizeof(pp));
     /* the daemon's reads never move the atime: it shows the atime of the
      * user's opens (ptimes.c) */
-    int fd = open(pp, flags | O_NOATIME | O_CLOEXEC);
-    if (fd < 0 && errno == EPERM) /* not the owner, nor root */
-        fd = open(pp, (flags & ~O_NOATIME) | O_CLOEXEC);
-    return fd < 0 ? -errno : fd;
+    int fd = sqz_openat_fd(AT_FDCWD, pp, flags | O_NOATIME | O_CLOEXEC, 0);
+    if (fd == -EPERM) /* not the owner, nor root */
+        fd = sqz_openat_fd(AT_FDCWD, pp, (flags & ~O_NOATIME) | O_CLOEXEC, 0);
+    sqz_ifd_put(in);
+    return fd;
 }
 
 /* Label for log lines: the path inside the mount. */
@@ -410,23 +350,34 @@ int sqz_chown_new(struct sqz_fs *fs, fuse_req_t req, struct sqz_inode *parent,
     gid_t gid = sgid ? parent_st->st_gid : ctx->gid;
     if (ctx->uid == fs->uid && sgid)
         return 0;
-    if (fchownat(parent->fd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0)
-        return -errno;
-    return 0;
+    int pfd = sqz_ifd_get(parent);
+    if (pfd < 0)
+        return pfd;
+    int rc = fchownat(pfd, name, ctx->uid, gid, AT_SYMLINK_NOFOLLOW) != 0 ? -errno : 0;
+    sqz_ifd_put(parent);
+    return rc;
 }
 
 int sqz_backing_stat(struct sqz_inode *in, struct stat *st)
 {
-    if (fstatat(in->fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0)
-        return -errno;
-    return 0;
+    int fd = sqz_ifd_get(in);
+    if (fd < 0)
+        return fd;
+    int rc = fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0 ? -errno : 0;
+    sqz_ifd_put(in);
+    return rc;
 }
 
 int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
                      const char *name, struct stat *st,
                      struct sqz_inode **out)
 {
-    return sqz_inode_lookup_at(fs, parent->fd, name, st, out);
+    int pfd = sqz_ifd_get(parent);
+    if (pfd < 0)
+        return pfd;
+    int rc = lookup_in(fs, pfd, parent, name, st, out);
+    sqz_ifd_put(parent);
+    return rc;
 }
 
 size_t sqz_inode_count(struct sqz_fs *fs)
@@ -440,22 +391,32 @@ size_t sqz_inode_count(struct sqz_fs *fs)
 int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
                         struct stat *st, struct sqz_inode **out)
 {
+    return lookup_in(fs, dirfd, NULL, name, st, out);
+}
+
+/* The lookup of name below dirfd, the descriptor of parent (or of a
+ * directory the table does not know: parent NULL). */
+static int lookup_in(struct sqz_fs *fs, int dirfd, struct sqz_inode *parent,
+                     const char *name, struct stat *st, struct sqz_inode **out)
+{
     *out = NULL;
     if (!sqz_name_ok(name))
         return -EINVAL;
     if (sqz_name_hidden(name))
         return -ENOENT;
     int fd, tries = 0;
-    struct sqz_inode *in;
+    struct sqz_inode *in, *oldp = NULL, *dead = NULL;
+    struct sqz_ifd_id *id;
 again:
-    fd = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    fd = sqz_openat_fd(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
     if (fd < 0)
-        return -errno;
+        return fd;
     if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) != 0) {
         int err = -errno;
         close(fd);
         return err;
     }
+    id = sqz_ifd_id_of(fd, st, parent, name); /* NULL: keeps its fd */
     SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
     in = table_find(fs, st->st_dev, st->st_ino);
     if (!in && tries < 8 && !S_ISDIR(st->st_mode)) {
@@ -472,34 +433,93 @@ again:
                cur.st_ino != now.st_ino || cur.st_dev != now.st_dev)))) {
             SQZ_MUTEX_UNLOCK(&fs->itable_lock);
             close(fd);
+            sqz_ifd_id_free(id);
             tries++;
             goto again;
         }
     }
+    int alt = -1;
+    if (in && (in->dev != st->st_dev || in->ino != st->st_ino)) {
+        /* the new backing file of a swap in progress: the inode's
+         * descriptor and handle become its at the swap */
+        sqz_ifd_id_free(id);
+        id = NULL;
+        close(fd);
+        fd = -1;
+    }
+    struct sqz_inode *idp = sqz_ifd_id_parent(id);
+    if (idp)
+        idp->nchild++; /* the name id's reference, moved or dropped below */
+    if (in && fd >= 0 && st->st_nlink > 1 && S_ISREG(st->st_mode))
+        alt = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (in && fd >= 0 && !sqz_ifd_found(in, fd, id, &oldp)) {
+        /* the inode number was given to another file since: the old
+         * inode stays the kernel's until it forgets it, out of the table */
+        table_remove(fs, in);
+        in = NULL;
+    }
     if (in) {
         in->nlookup++;
-        if (st->st_nlink > 1 && S_ISREG(st->st_mode)) {
-            int old = in->alt_fd; /* another name (inode_path.c) */
-            in->alt_fd = fd;
-            fd = old;
+        if (alt >= 0) { /* another name (inode_path.c) */
+            int old = in->alt_fd;
+            in->alt_fd = alt;
+            alt = old;
         }
-        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
-        if (fd >= 0)
-            close(fd);
     } else {
-        in = inode_new(fd, st);
+        in = inode_new(st);
         if (!in) {
+            if (idp)
+                idp->nchild--;
             SQZ_MUTEX_UNLOCK(&fs->itable_lock);
             close(fd);
+            sqz_ifd_id_free(id);
             return -ENOMEM;
         }
+        sqz_ifd_attach(in, fd, id, 0);
         in->nlookup = 1;
         table_maybe_grow(fs);
         table_insert(fs, in);
-        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
     }
+    if (oldp && oldp->nchild > 0) {
+        oldp->nchild--;
+        maybe_free_locked(fs, oldp, &dead);
+    }
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    if (alt >= 0)
+        close(alt);
+    destroy_chain(fs, dead);
+    sqz_ifd_trim();
     *out = in;
     return 0;
+}
+
+void sqz_inode_renamed(struct sqz_fs *fs, struct sqz_inode *np,
+                       const char *newname)
+{
+    if (sqz_ifd_handles())
+        return; /* a handle does not name the file */
+    struct stat st;
+    int pfd = sqz_ifd_get(np);
+    if (pfd < 0)
+        return;
+    int rc = fstatat(pfd, newname, &st, AT_SYMLINK_NOFOLLOW);
+    sqz_ifd_put(np);
+    if (rc != 0)
+        return;
+    struct sqz_inode *dead = NULL;
+    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    struct sqz_inode *in = table_find(fs, st.st_dev, st.st_ino);
+    int moved = 0;
+    struct sqz_inode *old = in ? sqz_ifd_renamed(in, np, newname, &moved) : NULL;
+    if (moved) {
+        np->nchild++;
+        if (old && old->nchild > 0) {
+            old->nchild--;
+            maybe_free_locked(fs, old, &dead);
+        }
+    }
+    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    destroy_chain(fs, dead);
 }
 
 /* Caller holds itable_lock; frees the inode when nothing refers to it. */
@@ -508,7 +528,7 @@ static void maybe_free_locked(struct sqz_fs *fs, struct sqz_inode *in,
 {
     SQZ_ASSERT_EXCL(&fs->itable_lock);
     *to_free = NULL;
-    if (in->is_root || in->nlookup > 0 || in->nopen > 0)
+    if (in->is_root || in->nlookup > 0 || in->nopen > 0 || in->nchild > 0)
         return;
     table_remove(fs, in);
     *to_free = in;
@@ -526,7 +546,8 @@ void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
     }
     maybe_free_locked(fs, in, &dead);
     SQZ_MUTEX_UNLOCK(&fs->itable_lock);
-    if (dead) /* no handle is open (nopen == 0), so no sf exists */
+    /* No handle is open (nopen == 0), so no sf exists. */
+    if (dead)
         inode_gone(fs, dead);
 }
 
@@ -565,14 +586,14 @@ int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
     SQZ_ASSERT_EXCL(&in->io);
     sqz_inode_stash_drop(in); /* of the replaced backing file */
     /* The old backing file (renamed over, so unlinked) is freed when its
-     * last descriptor, in->fd, goes: its inode number may then be given to
-     * a new file at once. The key changes in the same critical section,
-     * so a lookup of that new file never finds this inode. */
+     * last descriptor, the cached one, goes: its inode number may then be
+     * given to a new file at once. The key changes in the same critical
+     * section, so a lookup of that new file never finds this inode. */
     SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
-    if (dup3(npfd, in->fd, O_CLOEXEC) < 0) {
-        int e = -errno;
+    int rc = sqz_ifd_replace(in, npfd);
+    if (rc) {
         SQZ_MUTEX_UNLOCK(&fs->itable_lock);
-        return e;
+        return rc;
     }
     table_remove(fs, in);
     in->dev = dev;

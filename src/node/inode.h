@@ -6,7 +6,9 @@
  * Locks: sqz_inode.io, sqz_fs.itable_lock, sqz_inode.meta, push_mu:
  * docs/LOCKING.md. The fields of struct sqz_inode are grouped by the lock
  * that protects them; "const" ones are set before the inode is published.
- * sqz_inode.fd's *number* is constant for the inode's life. */
+ * The inode's O_PATH descriptor is not a field one reads: it is pinned
+ * while used (sqz_ifd_get / sqz_ifd_put, node/ifd.h) and evicted from a
+ * bounded cache otherwise. */
 #ifndef SQZ_NODE_INODE_H
 #define SQZ_NODE_INODE_H
 
@@ -20,6 +22,7 @@
 #include <time.h>
 
 #include "daemon/fs.h"
+#include "node/ifd.h"
 #include "squeezefs/container.h"
 
 enum sqz_kind {
@@ -50,8 +53,11 @@ struct sqz_inode {
     int alt_fd;          /* O_PATH fd of another name of a hard-linked
                             regular file, the last a lookup found it by
                             (inode_path.c), or -1 */
+    unsigned nchild;     /* inodes naming this directory as their parent
+                            (without file handles, ifd.c) */
+    /* ifd.c's mutex: the backing object's O_PATH fd, when cached */
+    struct sqz_ifd fdc;
     /* const */
-    int fd;              /* O_PATH|O_NOFOLLOW fd of the backing object */
     mode_t type;         /* S_IFMT bits */
     int is_root;
     /* io */
@@ -138,6 +144,10 @@ int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
  * itself); the lookup counted is the caller's to forget. */
 int sqz_inode_lookup_at(struct sqz_fs *fs, int dirfd, const char *name,
                         struct stat *st, struct sqz_inode **out);
+/* A rename through the mount gave the object now at newname in np that
+ * name: the inode remembers it (without file handles, ifd.c). */
+void sqz_inode_renamed(struct sqz_fs *fs, struct sqz_inode *np,
+                       const char *newname);
 void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n);
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in);
 void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in);
@@ -158,8 +168,9 @@ void sqz_inode_swap_begin(struct sqz_fs *fs, struct sqz_inode *in,
                           struct sqz_swap_pend *p, dev_t dev, ino_t ino);
 void sqz_inode_swap_end(struct sqz_fs *fs, struct sqz_swap_pend *p);
 /* After the backing object was renamed over (recompress, packing): make
- * in->fd a copy of npfd, the new object's O_PATH fd, and key the inode by
- * (dev, ino), in one critical section of the table. Caller holds io
+ * in's cached descriptor (if any) a copy of npfd, the new object's O_PATH
+ * fd, at the same number, take npfd's file handle (sqz_ifd_replace), and
+ * key the inode by (dev, ino), in one critical section of the table. Caller holds io
  * exclusive. 0 or -errno (nothing changed). */
 int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
                    dev_t dev, ino_t ino);

@@ -42,7 +42,12 @@ int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
         buf[0] = '\0';
         return 0;
     }
-    return fd_relpath(fs, in->fd, buf, n);
+    int fd = sqz_ifd_get(in);
+    if (fd < 0)
+        return fd;
+    int rc = fd_relpath(fs, fd, buf, n);
+    sqz_ifd_put(in);
+    return rc;
 }
 
 /* One try of sqz_inode_dirfd: the directory the current path of fd names
@@ -80,9 +85,10 @@ static int dirfd_once(struct sqz_fs *fs, int fd, const struct stat *ist,
 }
 
 /* in's own name no longer names it: through the other name a lookup saw
- * (the same file: same device and inode), which in->fd then becomes (the
- * same number, the same file: nothing else changes). */
-static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in,
+ * (the same file: same device and inode), which in's descriptor ifd
+ * (pinned) then becomes (the same number, the same file: nothing else
+ * changes). */
+static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in, int ifd,
                      const struct stat *ist, char *base, size_t bn)
 {
     SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
@@ -98,7 +104,7 @@ static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in,
     if (dfd >= 0) {
         SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
         if (in->alt_fd >= 0 && in->ino == ist->st_ino &&
-            dup3(alt, in->fd, O_CLOEXEC) >= 0) {
+            dup3(alt, ifd, O_CLOEXEC) >= 0) {
             close(in->alt_fd);
             in->alt_fd = -1;
         }
@@ -114,12 +120,14 @@ int sqz_inode_dirfd(struct sqz_fs *fs, struct sqz_inode *in, char *base,
     if (in->is_root)
         return -ENOENT; /* BACKING itself: no directory of it below BACKING */
     struct stat ist;
-    if (fstat(in->fd, &ist) != 0)
-        return -errno;
-    int dfd = -EBUSY;
+    int fd = sqz_ifd_get(in);
+    if (fd < 0)
+        return fd;
+    int dfd = fstat(fd, &ist) != 0 ? -errno : -EBUSY;
     for (int i = 0; i < 3 && dfd == -EBUSY; i++) /* renamed meanwhile */
-        dfd = dirfd_once(fs, in->fd, &ist, base, bn);
+        dfd = dirfd_once(fs, fd, &ist, base, bn);
     if (dfd == -EBUSY && ist.st_nlink > 0)
-        dfd = dirfd_alt(fs, in, &ist, base, bn);
+        dfd = dirfd_alt(fs, in, fd, &ist, base, bn);
+    sqz_ifd_put(in);
     return dfd;
 }

@@ -36,8 +36,13 @@ int sqz_pack_ptr_of(struct sqz_inode *in, sqz_pack_ptr *p, char *err,
                     size_t errlen)
 {
     char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    return sqz_pack_ptr_get_follow(pp, p, err, errlen);
+    int fd = sqz_ifd_get(in);
+    if (fd < 0)
+        return fd;
+    sqz_proc_path(fd, pp, sizeof(pp));
+    int rc = sqz_pack_ptr_get_follow(pp, p, err, errlen);
+    sqz_ifd_put(in);
+    return rc;
 }
 
 int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,

@@ -67,8 +67,13 @@ static int ptr_of(int fd, struct sqz_inode *in, sqz_pack_ptr *p)
     if (fd >= 0)
         return sqz_pack_ptr_fget(fd, p, NULL, 0);
     char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    return sqz_pack_ptr_get_follow(pp, p, NULL, 0);
+    int ifd = sqz_ifd_get(in);
+    if (ifd < 0)
+        return ifd;
+    sqz_proc_path(ifd, pp, sizeof(pp));
+    int r = sqz_pack_ptr_get_follow(pp, p, NULL, 0);
+    sqz_ifd_put(in);
+    return r;
 }
 
 /* The record of in (bst its backing stat) as read now: 1 (s filled), 0
@@ -85,8 +90,12 @@ static int read_record(struct sqz_inode *in, const struct stat *bst,
     }
     char pp[64];
     uint8_t b[SQZ_SHOWN_SIZE + 1];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
+    int ifd = sqz_ifd_get(in);
+    if (ifd < 0)
+        return 0;
+    sqz_proc_path(ifd, pp, sizeof(pp));
     ssize_t n = getxattr(pp, SQZ_SHOWN_XATTR, b, sizeof(b));
+    sqz_ifd_put(in);
     return n > 0 && sqz_shown_decode(b, (size_t)n, s) == 0;
 }
 
@@ -151,15 +160,28 @@ static int packed_now(int fd, struct sqz_inode *in, sqz_pack_ptr *p)
            ptr_of(fd, in, p) == 1;
 }
 
+/* setxattr (flags >= 0) or removexattr (-1) on in's backing object. */
+static int path_setx(struct sqz_inode *in, const char *name, const void *v,
+                     size_t n, int flags)
+{
+    char pp[64];
+    int ifd = sqz_ifd_get(in);
+    if (ifd < 0)
+        return ifd;
+    sqz_proc_path(ifd, pp, sizeof(pp));
+    int r = flags < 0 ? removexattr(pp, name) : setxattr(pp, name, v, n, flags);
+    r = r == 0 ? 0 : -errno;
+    sqz_ifd_put(in);
+    return r;
+}
+
 static int ptr_store(int fd, struct sqz_inode *in, const sqz_pack_ptr *p)
 {
     uint8_t b[SQZ_PACK_PTR_MAX];
     size_t n = sqz_pack_ptr_encode(p, b);
     if (fd >= 0)
         return fsetxattr(fd, SQZ_PACK_XATTR, b, n, XATTR_REPLACE) == 0 ? 0 : -errno;
-    char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    return setxattr(pp, SQZ_PACK_XATTR, b, n, XATTR_REPLACE) == 0 ? 0 : -errno;
+    return path_setx(in, SQZ_PACK_XATTR, b, n, XATTR_REPLACE);
 }
 
 static int record_set(int fd, struct sqz_inode *in, const sqz_shown *s,
@@ -174,9 +196,7 @@ static int record_set(int fd, struct sqz_inode *in, const sqz_shown *s,
     }
     if (fd >= 0)
         return fsetxattr(fd, SQZ_SHOWN_XATTR, v, n, 0) == 0 ? 0 : -errno;
-    char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    return setxattr(pp, SQZ_SHOWN_XATTR, v, n, 0) == 0 ? 0 : -errno;
+    return path_setx(in, SQZ_SHOWN_XATTR, v, n, 0);
 }
 
 static void record_remove(int fd, struct sqz_inode *in)
@@ -190,9 +210,7 @@ static void record_remove(int fd, struct sqz_inode *in)
         fremovexattr(fd, SQZ_SHOWN_XATTR);
         return;
     }
-    char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
-    removexattr(pp, SQZ_SHOWN_XATTR);
+    path_setx(in, SQZ_SHOWN_XATTR, NULL, 0, -1);
 }
 
 /* Write the record keeping `shown` (on fd, or in's own when fd < 0):
@@ -432,8 +450,14 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
     int rc = 0;
     if (moved) {
         char pp[64];
-        sqz_proc_path(in->fd, pp, sizeof(pp));
-        rc = utimensat(AT_FDCWD, pp, tv, 0) != 0 ? -errno : 0;
+        int ifd = sqz_ifd_get(in);
+        if (ifd >= 0) {
+            sqz_proc_path(ifd, pp, sizeof(pp));
+            rc = utimensat(AT_FDCWD, pp, tv, 0) != 0 ? -errno : 0;
+            sqz_ifd_put(in);
+        } else {
+            rc = ifd;
+        }
         if (rc)
             sqz_logf(SQZ_LOG_WARN, "squeezefs: restoring file times failed: %s",
                      strerror(-rc));
@@ -542,12 +566,16 @@ int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
     uint64_t gen = sqz_ptimes_begin(in);
     struct timespec tv[2] = {{.tv_nsec = UTIME_NOW}, {.tv_nsec = UTIME_OMIT}};
     char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
+    int ifd = sqz_ifd_get(in);
+    if (ifd < 0)
+        goto out;
+    sqz_proc_path(ifd, pp, sizeof(pp));
     /* meta across it: times kept to be put back after the next commit
      * (utimes_kept) get this atime too */
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     struct stat after;
     int ok = utimensat(AT_FDCWD, pp, tv, 0) == 0;
+    sqz_ifd_put(in);
     if (ok && in->utimes_kept && sqz_backing_stat(in, &after) == 0)
         in->utimes[0] = after.st_atim;
     SQZ_MUTEX_UNLOCK(&in->meta);

@@ -46,7 +46,8 @@
 struct note {
     dev_t dev;
     ino_t ino;
-    int fd;            /* O_PATH of the directory (owned) */
+    int fd;            /* O_PATH of the directory (owned), or -1: */
+    struct sqz_ifd_id *id; /* its file handle (ifd.c; owned) */
     time_t last;       /* last scan (monotonic seconds), 0 never */
     int dirty;
 };
@@ -80,13 +81,20 @@ int sqz_pack_gc_init(struct sqz_fs *fs)
     return 0;
 }
 
+static void note_free(struct note *x)
+{
+    if (x->fd >= 0)
+        close(x->fd);
+    sqz_ifd_id_free(x->id);
+}
+
 void sqz_pack_gc_free(struct sqz_fs *fs)
 {
     struct sqz_pack_gc *g = fs->pack_gc;
     if (!g)
         return;
     for (size_t i = 0; i < g->n; i++)
-        close(g->v[i].fd);
+        note_free(&g->v[i]);
     free(g->v);
     pthread_mutex_destroy(&g->mu);
     free(g);
@@ -146,10 +154,12 @@ void sqz_pack_gc_note(struct sqz_fs *fs, int dirfd)
         }
     }
     if (g->n < g->cap) {
-        int fd = openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
-        if (fd >= 0)
+        /* a handle where BACKING has them: notes hold no descriptor */
+        struct sqz_ifd_id *id = sqz_ifd_handle_of(dirfd);
+        int fd = id ? -1 : openat(dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+        if (fd >= 0 || id)
             g->v[g->n++] = (struct note){.dev = st.st_dev, .ino = st.st_ino,
-                                         .fd = fd, .dirty = 1};
+                                         .fd = fd, .id = id, .dirty = 1};
     }
     SQZ_MUTEX_UNLOCK(&g->mu);
 }
@@ -538,7 +548,12 @@ void sqz_pack_gc_run(struct sqz_fs *fs, int final)
                              now.tv_sec - x->last >= SQZ_GC_INTERVAL_S)) {
                 x->dirty = 0;
                 x->last = now.tv_sec;
-                fd = dup(x->fd);
+                fd = x->id ? sqz_ifd_id_open(x->id) : dup(x->fd);
+                if (fd < 0 && x->id) { /* the directory is gone */
+                    note_free(x);
+                    *x = g->v[--g->n];
+                    i--;
+                }
             }
         }
         SQZ_MUTEX_UNLOCK(&g->mu);
@@ -573,7 +588,7 @@ void sqz_pack_gc_run(struct sqz_fs *fs, int final)
             SQZ_MUTEX_LOCK(&g->mu, SQZ_RANK_PACKGC);
             for (size_t i = 0; have && i < g->n; i++) {
                 if (g->v[i].dev == st.st_dev && g->v[i].ino == st.st_ino) {
-                    close(g->v[i].fd);
+                    note_free(&g->v[i]);
                     g->v[i] = g->v[--g->n];
                     break;
                 }

@@ -49,34 +49,7 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
-#define SQZ_PACK_OPEN_MAX 32 /* packs kept open between batches */
-
-struct open_pack {
-    dev_t dev;
-    ino_t ino;            /* the directory */
-    int dirfd;            /* owned */
-    sqz_pack_writer w;
-    uint64_t used;        /* batch number it was last used in (LRU) */
-    int touched;          /* appended to in this batch */
-};
-
-struct sqz_packer {
-    struct open_pack *p;  /* a batch opens as many as it needs; at most
-                             SQZ_PACK_OPEN_MAX stay open after it */
-    size_t n, cap;
-    uint64_t batch;
-    atomic_int disabled;  /* the backing file system refused the pointer
-                             (read by closing threads) */
-    struct sqz_inode **pend; /* marked small files waiting for a quiet
-                                moment, each with an open reference */
-    size_t npend, pcap;
-    atomic_size_t npend_seen; /* npend, for other threads (stats) */
-    struct sqz_inode **retry; /* drafts that were open when tried: noted
-                                 again by sqz_pack_retry (open references) */
-    size_t nretry, rcap;
-    /* statistics (read by other threads) */
-    atomic_uint_fast64_t packed, skipped, failed;
-};
+#include "pack/pack_job_int.h"
 
 struct sqz_pack_cand {
     struct sqz_inode *in;
@@ -86,7 +59,8 @@ struct sqz_pack_cand {
     struct sqz_bkey key;  /* the backing version read */
     uint64_t wgen;
     sqz_pack_ptr ptr;
-    int appended;
+    int appended, deferred; /* deferred: no pack could be opened for it */
+    size_t vi;            /* sqz_pack_pending's index of its inode */
     dev_t dir_dev;        /* the directory of the pack it went into */
     ino_t dir_ino;
 };
@@ -236,7 +210,7 @@ size_t sqz_pack_pending(struct sqz_fs *fs)
             if (sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &ctr) == 0) {
                 int r = candidate_locked(fs, in, ctr, &c[m]);
                 if (r == 0 && c[m])
-                    m++;
+                    c[m++]->vi = i;
                 later = r == 1 && retry_later(pk, in) == 0;
                 if (later)
                     in->pack_noted = 1;
@@ -250,8 +224,13 @@ size_t sqz_pack_pending(struct sqz_fs *fs)
             v[i] = NULL; /* the retry list keeps its open reference */
     }
     sqz_pack_run(fs, c, m);
-    for (size_t i = 0; i < m; i++)
+    for (size_t i = 0; i < m; i++) {
+        if (c[i]->deferred && retry_later(pk, c[i]->in) == 0) {
+            c[i]->in->pack_noted = 1; /* its note keeps the reference */
+            v[c[i]->vi] = NULL;
+        }
         sqz_pack_cand_free(c[i]);
+    }
     free(c);
     for (size_t i = 0; i < n; i++)
         if (v[i])
@@ -334,6 +313,20 @@ static struct open_pack *pack_for(struct sqz_fs *fs, struct sqz_inode *in,
     } else if (op) {
         close(dfd);
         dfd = -1;
+    }
+    while (!op && pk->n >= SQZ_PACK_OPEN_MAX) { /* close the LRU untouched */
+        size_t lru = pk->n;
+        for (size_t i = 0; i < pk->n; i++)
+            if (!pk->p[i].touched &&
+                (lru == pk->n || pk->p[i].used < pk->p[lru].used))
+                lru = i;
+        if (lru == pk->n) { /* each has entries of this batch: wait */
+            close(dfd);
+            *err = -EAGAIN;
+            return NULL;
+        }
+        drop(&pk->p[lru]);
+        pk->p[lru] = pk->p[--pk->n];
     }
     if (!op) {
         if (pk->n == pk->cap) {
@@ -423,7 +416,12 @@ static int install_exchange_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
     /* the original, to see a chmod/chown/utimens that came (through the
      * mount, which does not take io for them) after its metadata was
      * copied */
-    int oldfd = fcntl(in->fd, F_DUPFD_CLOEXEC, 0);
+    int oldfd = sqz_ifd_get(in);
+    if (oldfd >= 0) {
+        int ifd = oldfd;
+        oldfd = fcntl(ifd, F_DUPFD_CLOEXEC, 0);
+        sqz_ifd_put(in);
+    }
     if (rc == 0)
         rc = sqz_replace_locked(fs, in, &t, NULL, SQZ_REPLACE_NEED_EXCHANGE);
     if (rc == 0) {
@@ -548,7 +546,8 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
                 op->touched = 1;
             }
         }
-        if (err && err != -ENOENT && err != -EBUSY) {
+        x->deferred = err == -EAGAIN;
+        if (err && err != -ENOENT && err != -EBUSY && err != -EAGAIN) {
             char label[PATH_MAX];
             sqz_inode_label(fs, x->in, label, sizeof(label));
             sqz_logf(SQZ_LOG_WARN, "%s: not packed: %s (stays a container)", label,
@@ -599,15 +598,6 @@ void sqz_pack_run(struct sqz_fs *fs, struct sqz_pack_cand **v, size_t n)
             }
             pk->failed++;
         }
-    }
-    /* keep the most recently used packs open, close the others */
-    while (pk->n > SQZ_PACK_OPEN_MAX) {
-        size_t lru = 0;
-        for (size_t i = 1; i < pk->n; i++)
-            if (pk->p[i].used < pk->p[lru].used)
-                lru = i;
-        drop(&pk->p[lru]);
-        pk->p[lru] = pk->p[--pk->n];
     }
 }
 

@@ -128,9 +128,13 @@ void sqz_leftover_meet(struct sqz_fs *fs, struct sqz_inode *dir, int dfd,
 
 int sqz_hidden_clear(struct sqz_fs *fs, struct sqz_inode *p, const char *name)
 {
-    int dfd = openat(p->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int pfd = sqz_ifd_get(p);
+    if (pfd < 0)
+        return pfd;
+    int dfd = sqz_openat_fd(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC, 0);
+    sqz_ifd_put(p);
     if (dfd < 0)
-        return -errno;
+        return dfd;
     int d2 = dup(dfd);
     DIR *dp = d2 >= 0 ? fdopendir(d2) : NULL;
     if (!dp) {

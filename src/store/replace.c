@@ -183,11 +183,15 @@ int sqz_replace_temp_meta_nosync(struct sqz_inode *in, const struct stat *bst,
                             int cfd)
 {
     char pp[64];
-    sqz_proc_path(in->fd, pp, sizeof(pp));
     if (fchown(cfd, bst->st_uid, bst->st_gid) != 0 ||
         fchmod(cfd, bst->st_mode & 07777) != 0)
         return -errno;
+    int ifd = sqz_ifd_get(in);
+    if (ifd < 0)
+        return ifd;
+    sqz_proc_path(ifd, pp, sizeof(pp));
     int rc = copy_xattrs(pp, cfd);
+    sqz_ifd_put(in);
     if (rc)
         return rc;
     struct timespec times[2] = {bst->st_atim, bst->st_mtim};
