@@ -37,9 +37,9 @@ enum sqz_lock_rank {
     SQZ_RANK_REVAL = 45,      /* sqz_reval.bg.mu (revalidate.c) */
     SQZ_RANK_TIER = 47,       /* sqz_tier.bg.mu (tier.c) */
     SQZ_RANK_PACKGC = 48,     /* sqz_pack_gc.mu (pack_gc.c) */
-    SQZ_RANK_ITABLE = 50,     /* sqz_fs.itable_lock */
+    SQZ_RANK_ITABLE = 50,     /* sqz_fs.itable.lock */
     SQZ_RANK_META = 60,       /* sqz_inode.meta */
-    SQZ_RANK_PUSH = 65,       /* sqz_inode.push_mu (push.c) */
+    SQZ_RANK_PUSH = 65,       /* sqz_inode.push.mu (push.c) */
     SQZ_RANK_PACKRD = 67,     /* sqz_pack_rd.mu (pack_rd.c) */
     SQZ_RANK_IDENT = 70,      /* sqz_ident.mu (ident.c) */
     /* src/engine */

@@ -24,9 +24,9 @@
  * blocks. */
 static int coded_as(struct sqz_inode *in, sqz_alg alg, int log2bs)
 {
-    if (in->kind != SQZ_K_CONTAINER || !in->sf)
+    if (in->kind != SQZ_K_CONTAINER || !in->file)
         return 0;
-    const sqz_params *p = sqz_ctr_params(sqz_file_ctr(in->sf));
+    const sqz_params *p = sqz_ctr_params(sqz_file_ctr(in->file));
     return p->alg == alg && p->log2bs == log2bs;
 }
 
@@ -37,11 +37,11 @@ static int coding_of(struct sqz_inode *in, sqz_alg *alg, int *log2bs,
 {
     int rc = -1;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    if (in->kind == SQZ_K_CONTAINER && in->sf) {
-        const sqz_params *p = sqz_ctr_params(sqz_file_ctr(in->sf));
+    if (in->kind == SQZ_K_CONTAINER && in->file) {
+        const sqz_params *p = sqz_ctr_params(sqz_file_ctr(in->file));
         *alg = p->alg;
         *log2bs = p->log2bs;
-        *len = sqz_file_length(in->sf);
+        *len = sqz_file_length(in->file);
         rc = 0;
     }
     SQZ_RWUNLOCK(&in->io);
@@ -61,7 +61,7 @@ static ssize_t copy_stored(struct sqz_inode *src, struct sqz_inode *dst,
     int rc = 1;
     SQZ_RDLOCK(&src->io, SQZ_RANK_IO);
     if (coded_as(src, alg, log2bs))
-        rc = sqz_file_stored_get(src->sf, si, n, di, p);
+        rc = sqz_file_stored_get(src->file, si, n, di, p);
     SQZ_RWUNLOCK(&src->io);
     if (rc == 0) {
         sqz_inode_changed(dst);
@@ -71,7 +71,7 @@ static ssize_t copy_stored(struct sqz_inode *src, struct sqz_inode *dst,
         rc = 1;
         SQZ_RDLOCK(&dst->io, SQZ_RANK_IO);
         if (coded_as(dst, alg, log2bs))
-            rc = sqz_file_stored_put(dst->sf, p, n);
+            rc = sqz_file_stored_put(dst->file, p, n);
         SQZ_RWUNLOCK(&dst->io);
         for (size_t i = 0; i < n; i++)
             sqz_prepared_free(&p[i]);

@@ -75,23 +75,23 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
     }
     ssize_t r;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    if (in->kind == SQZ_K_CONTAINER && in->sf) {
+    if (in->kind == SQZ_K_CONTAINER && in->file) {
         /* The sample is taken under io with the read (push.c). */
         if (sp && push && sqz_push_sample(fs, in, gen)) {
-            r = sqz_file_read_spill(in->sf, buf, n, off, sp);
+            r = sqz_file_read_spill(in->file, buf, n, off, sp);
             *push = r >= 0 && sp->n > 0;
         } else {
-            r = sqz_file_read(in->sf, buf, n, off);
+            r = sqz_file_read(in->file, buf, n, off);
         }
         /* packed in place meanwhile (a local BACKING's writer)? */
-        if (r == -EIO && !in->sf_rw && fs->pack_in_place)
-            r = sqz_content_read_packed_since(fs, in, sqz_file_length(in->sf),
+        if (r == -EIO && !in->file_rw && fs->pack_in_place)
+            r = sqz_content_read_packed_since(fs, in, sqz_file_length(in->file),
                                               buf, n, off);
-    } else if (in->kind == SQZ_K_PACKED && in->pbuf) {
+    } else if (in->kind == SQZ_K_PACKED && in->pack.buf) {
         r = 0;
-        if (off < in->pbuf_len) {
-            r = (ssize_t)(in->pbuf_len - off < n ? in->pbuf_len - off : n);
-            memcpy(buf, (const char *)in->pbuf + off, (size_t)r);
+        if (off < in->pack.buf_len) {
+            r = (ssize_t)(in->pack.buf_len - off < n ? in->pack.buf_len - off : n);
+            memcpy(buf, (const char *)in->pack.buf + off, (size_t)r);
             atomic_fetch_add(&fs->packed_bytes_read, (uint64_t)r);
         }
     } else if (in->kind == SQZ_K_PENDING)
@@ -172,13 +172,13 @@ ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
         return rc;
     ssize_t r;
     note_write_begin(in);
-    if (!in->sf) {
+    if (!in->file) {
         r = -EIO;
     } else if (h->append && !writepage) {
         uint64_t at = 0;
-        r = sqz_file_append(in->sf, buf, n, &at);
+        r = sqz_file_append(in->file, buf, n, &at);
     } else {
-        r = sqz_file_write(in->sf, buf, n, off);
+        r = sqz_file_write(in->file, buf, n, off);
         /* The kernel writing back its cached pages: a WRITE shorter than
          * the largest it sends, reaching the end of the file, is the last
          * of them (a `cp` before its close, a journal before its fsync):
@@ -186,7 +186,7 @@ ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
          * another core. A stream's middle WRITEs are full-sized. */
         if (writepage && r == (ssize_t)n && n < SQZ_MAX_IO &&
             hint_worth(h, off + n))
-            sqz_file_hint_flush(in->sf, off + n);
+            sqz_file_hint_flush(in->file, off + n);
     }
     if (r > 0)
         note_write(in);
@@ -205,12 +205,12 @@ int sqz_content_flush(struct sqz_fs *fs, struct sqz_handle *h)
         return 0;
     int rc = 0;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    if (in->kind == SQZ_K_CONTAINER && in->sf) {
+    if (in->kind == SQZ_K_CONTAINER && in->file) {
         if (!atomic_load(&h->draft)) {
-            rc = sqz_file_flush(in->sf);
-        } else if ((rc = sqz_file_flush_draft(in->sf, DRAFT_MIN,
+            rc = sqz_file_flush(in->file);
+        } else if ((rc = sqz_file_flush_draft(in->file, DRAFT_MIN,
                                               SQZ_PACK_MAX_LENGTH)) > 0) {
-            atomic_store(&in->drafted, 1);
+            atomic_store(&in->pack.drafted, 1);
             rc = 0;
         }
         /* times set after the last write (a SETATTR before this FLUSH)
@@ -234,19 +234,19 @@ int sqz_content_fsync(struct sqz_fs *fs, struct sqz_handle *h, int datasync)
     }
     int rc = 0;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    if (in->kind == SQZ_K_CONTAINER && in->sf) {
-        rc = sqz_file_fsync(in->sf, datasync);
+    if (in->kind == SQZ_K_CONTAINER && in->file) {
+        rc = sqz_file_fsync(in->file, datasync);
         sqz_content_restore_times(fs, in);
     }
     /* a removed pack pointer (the file was emptied): durable now, or an
      * old packed content could come back after a crash */
-    if (rc == 0 && atomic_exchange(&in->ptr_dropped, 0)) {
+    if (rc == 0 && atomic_exchange(&in->pack.ptr_dropped, 0)) {
         int fd = sqz_inode_reopen(in, O_RDONLY);
         rc = fd < 0 ? fd : fsync(fd) != 0 ? -errno : 0;
         if (fd >= 0)
             close(fd);
         if (rc)
-            atomic_store(&in->ptr_dropped, 1);
+            atomic_store(&in->pack.ptr_dropped, 1);
     }
     SQZ_RWUNLOCK(&in->io);
     return rc;
@@ -307,14 +307,14 @@ int sqz_content_fallocate(struct sqz_fs *fs, struct sqz_handle *h, int mode,
     int rc = 0;
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     rc = make_writable_locked(fs, in, NULL, 0);
-    if (rc == 0 && !in->sf)
+    if (rc == 0 && !in->file)
         rc = -EIO;
-    uint64_t cur = rc == 0 ? sqz_file_length(in->sf) : 0;
+    uint64_t cur = rc == 0 ? sqz_file_length(in->file) : 0;
     if (rc == 0 && cur < off + len && off + len - cur > backing_room(fs))
         rc = -ENOSPC;
     if (rc == 0 && cur < off + len) {
         note_write_begin(in);
-        rc = sqz_file_truncate(in->sf, off + len);
+        rc = sqz_file_truncate(in->file, off + len);
         if (rc == 0)
             note_write(in);
     }
@@ -367,14 +367,14 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
         if (size > 0)
             rc = sqz_content_materialize_locked(fs, in, NULL, 0);
         if (rc == 0 && size > 0)
-            rc = sqz_file_truncate(in->sf, size);
+            rc = sqz_file_truncate(in->file, size);
         break;
     case SQZ_K_CONTAINER: {
-        int temp = in->sf == NULL;
+        int temp = in->file == NULL;
         rc = sqz_content_ensure_sf(fs, in, 1);
         if (rc)
             break;
-        rc = sqz_file_truncate(in->sf, size);
+        rc = sqz_file_truncate(in->file, size);
         if (temp) {
             int rc2 = sqz_content_close_sf(fs, in);
             if (rc == 0)
@@ -403,9 +403,9 @@ int sqz_content_truncate(struct sqz_fs *fs, struct sqz_inode *in,
         /* An emptied plain file nobody holds open becomes a container. */
         if (rc == 0 && size == 0 && !sqz_content_handles_open(in)) {
             rc = sqz_content_convert_empty(fs, in);
-            if (in->sf) {
-                int rc2 = sqz_file_close(in->sf);
-                in->sf = NULL;
+            if (in->file) {
+                int rc2 = sqz_file_close(in->file);
+                in->file = NULL;
                 if (rc == 0)
                     rc = rc2;
             }
@@ -430,10 +430,10 @@ int sqz_content_ctr_stat(struct sqz_fs *fs, struct sqz_inode *in,
         return -ENODATA;
     int rc;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    if (in->sf && in->kind == SQZ_K_CONTAINER) {
-        rc = sqz_file_flush(in->sf);
+    if (in->file && in->kind == SQZ_K_CONTAINER) {
+        rc = sqz_file_flush(in->file);
         if (rc == 0)
-            rc = sqz_file_stat(in->sf, st);
+            rc = sqz_file_stat(in->file, st);
         SQZ_RWUNLOCK(&in->io);
         return rc;
     }
@@ -477,9 +477,9 @@ static void sync_one(struct sqz_fs *fs, struct sqz_inode *in, void *user)
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
     /* the second sync makes the durable mark of the first durable: a
      * clean unmount is a durable state */
-    int rc = in->sf ? sqz_file_fsync(in->sf, 0) : 0;
-    if (rc == 0 && in->sf)
-        rc = sqz_file_fsync(in->sf, 1);
+    int rc = in->file ? sqz_file_fsync(in->file, 0) : 0;
+    if (rc == 0 && in->file)
+        rc = sqz_file_fsync(in->file, 1);
     SQZ_RWUNLOCK(&in->io);
     if (rc < 0) {
         char label[PATH_MAX];

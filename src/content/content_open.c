@@ -23,14 +23,14 @@
 #include <unistd.h>
 
 /* The backing version the kernel's cached pages show: for a read-only view
- * the version it was loaded at (sf_key), not the backing file's current
+ * the version it was loaded at (file_key), not the backing file's current
  * one, which another mount (the writer) may have changed since; recording
  * that would let the next open keep pages of the old view. */
 static int view_key(const struct sqz_inode *in, struct sqz_bkey *k)
 {
-    if (!in->sf || in->sf_rw)
+    if (!in->file || in->file_rw)
         return 0;
-    *k = in->sf_key;
+    *k = in->file_key;
     return 1;
 }
 
@@ -46,8 +46,8 @@ static void record_kc(struct sqz_inode *in, const struct sqz_bkey *vk)
         sqz_bkey_of(&st, &k);
     }
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    in->kc_key = k;
-    in->kc_valid = 1;
+    in->keep_cache.key = k;
+    in->keep_cache.valid = 1;
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
@@ -139,13 +139,13 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
             if (len > 0) {
                 rc = sqz_content_ensure_sf(fs, in, 1);
                 if (rc == 0)
-                    rc = sqz_file_truncate(in->sf, 0);
+                    rc = sqz_file_truncate(in->file, 0);
                 if (rc)
                     goto out_close_unused;
                 changed = 1;
             }
         } else if ((kind == SQZ_K_PLAIN || kind == SQZ_K_DAMAGED) &&
-                   in->plain_users == 0 && in->sf_users == 0) {
+                   in->plain_users == 0 && in->file_users == 0) {
             if (bst.st_size > 0) {
                 int fd = sqz_inode_reopen(in, O_WRONLY | O_TRUNC);
                 if (fd < 0) {
@@ -165,7 +165,7 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         }
     }
     if (kind == SQZ_K_PLAIN && writable && bst.st_size == 0 &&
-        in->plain_users == 0 && in->sf_users == 0) {
+        in->plain_users == 0 && in->file_users == 0) {
         rc = sqz_content_convert_empty(fs, in);
         if (rc)
             goto out;
@@ -203,17 +203,17 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
             rc = sqz_content_ensure_sf(fs, in, writable);
         if (rc)
             goto out;
-        in->sf_users++;
+        in->file_users++;
         break;
     case SQZ_K_PENDING:
         h->direct = fs->opts.ro; /* a creation in flight (kind.c) */
-        in->sf_users++;
+        in->file_users++;
         break;
     case SQZ_K_PACKED:
         rc = sqz_content_packed_load_locked(fs, in);
         if (rc)
             goto out;
-        in->sf_users++;
+        in->file_users++;
         break;
     default:
         rc = -EIO;
@@ -233,11 +233,11 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
      * read racing such a write can leave pages from before it in the
      * kernel's cache after the kernel's own invalidation, and a reader may
      * hold them open across any later open (xfstests generic/451) */
-    if (atomic_load(&in->kc_direct))
+    if (atomic_load(&in->keep_cache.direct_written))
         changed = 1;
     if (!changed) {
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-        *keep_cache = in->kc_valid && sqz_bkey_eq(&in->kc_key, &before);
+        *keep_cache = in->keep_cache.valid && sqz_bkey_eq(&in->keep_cache.key, &before);
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
     struct sqz_bkey vk;
@@ -252,9 +252,9 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     return 0;
 
 out_close_unused:
-    if (!sqz_content_handles_open(in) && in->sf) {
-        sqz_file_close(in->sf);
-        in->sf = NULL;
+    if (!sqz_content_handles_open(in) && in->file) {
+        sqz_file_close(in->file);
+        in->file = NULL;
     }
 out:
     SQZ_RWUNLOCK(&in->io);
@@ -275,12 +275,12 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
         sqz_push_block(in); /* as in sqz_content_open */
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     int rc = sqz_content_pending_locked(fs, in, r);
-    if (rc == 0 && create_fd >= 0 && in->create_fd < 0 && in->sf_users == 0) {
+    if (rc == 0 && create_fd >= 0 && in->create_fd < 0 && in->file_users == 0) {
         in->create_fd = create_fd;
         create_fd = -1;
     }
     if (rc == 0) {
-        in->sf_users++;
+        in->file_users++;
         h->append = (flags & O_APPEND) != 0;
         h->writable = writable;
         if (h->writable) {
@@ -315,13 +315,13 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
 static void reclaim_if_wasteful(struct sqz_fs *fs, struct sqz_inode *in)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    if (sqz_file_flush(in->sf) != 0)
+    if (sqz_file_flush(in->file) != 0)
         return; /* the close reports the error */
     uint64_t live, dead;
-    sqz_ctr_space(sqz_file_ctr(in->sf), &live, &dead);
+    sqz_ctr_space(sqz_file_ctr(in->file), &live, &dead);
     if (dead < RECLAIM_MIN_DEAD || dead < live)
         return;
-    int rc = sqz_ctr_checkpoint(sqz_file_ctr(in->sf));
+    int rc = sqz_ctr_checkpoint(sqz_file_ctr(in->file));
     if (rc) {
         char label[PATH_MAX];
         sqz_inode_label(fs, in, label, sizeof(label));
@@ -353,12 +353,12 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
         if (in->plain_users > 0)
             in->plain_users--;
     } else {
-        if (in->sf_users > 0)
-            in->sf_users--;
-        if (in->sf_users == 0 && in->sf) {
-            if (in->sf_rw)
+        if (in->file_users > 0)
+            in->file_users--;
+        if (in->file_users == 0 && in->file) {
+            if (in->file_rw)
                 reclaim_if_wasteful(fs, in);
-            uint64_t len = sqz_file_length(in->sf);
+            uint64_t len = sqz_file_length(in->file);
             rc = sqz_content_close_sf(fs, in);
             sqz_content_restore_times(fs, in);
             struct stat bst;
@@ -376,7 +376,7 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
             }
         }
     }
-    if (in->sf_users == 0 && in->create_fd >= 0) {
+    if (in->file_users == 0 && in->create_fd >= 0) {
         close(in->create_fd); /* the container never came */
         in->create_fd = -1;
     }

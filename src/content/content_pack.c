@@ -88,14 +88,14 @@ static int load(struct sqz_fs *fs, struct sqz_inode *in, sqz_pack_ptr *p,
 int sqz_content_packed_load_locked(struct sqz_fs *fs, struct sqz_inode *in)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    if (in->pbuf)
+    if (in->pack.buf)
         return 0;
     sqz_pack_ptr p;
     void *buf;
     int r = load(fs, in, &p, &buf);
     if (r == 0) {
-        in->pbuf = buf;
-        in->pbuf_len = p.length;
+        in->pack.buf = buf;
+        in->pack.buf_len = p.length;
     }
     return r;
 }
@@ -111,9 +111,9 @@ ssize_t sqz_content_read_packed_since(struct sqz_fs *fs, struct sqz_inode *in,
     /* the version this view holds: packing puts the container's mtime
      * back, and every change of the content moves it (a file rewritten
      * since, then packed, is another version: EIO as before) */
-    if (!in->sf || bst.st_ino != in->sf_key.ino ||
-        bst.st_mtim.tv_sec != in->sf_key.mtime.tv_sec ||
-        bst.st_mtim.tv_nsec != in->sf_key.mtime.tv_nsec)
+    if (!in->file || bst.st_ino != in->file_key.ino ||
+        bst.st_mtim.tv_sec != in->file_key.mtime.tv_sec ||
+        bst.st_mtim.tv_nsec != in->file_key.mtime.tv_nsec)
         return -EIO;
     sqz_pack_ptr p;
     void *all;
@@ -134,9 +134,9 @@ ssize_t sqz_content_read_packed_since(struct sqz_fs *fs, struct sqz_inode *in,
 
 void sqz_content_packed_free_locked(struct sqz_inode *in)
 {
-    free(in->pbuf);
-    in->pbuf = NULL;
-    in->pbuf_len = 0;
+    free(in->pack.buf);
+    in->pack.buf = NULL;
+    in->pack.buf_len = 0;
 }
 
 void sqz_content_note_unpacked(struct sqz_fs *fs, struct sqz_inode *in)
@@ -152,7 +152,7 @@ int sqz_content_empty_pointer(struct sqz_inode *in, int fd)
 {
     int r = sqz_content_drop_pointer(fd);
     if (r > 0)
-        atomic_store(&in->ptr_dropped, 1);
+        atomic_store(&in->pack.ptr_dropped, 1);
     return r < 0 ? r : 0;
 }
 
@@ -173,13 +173,13 @@ int sqz_content_unpack_locked(struct sqz_fs *fs, struct sqz_inode *in)
     sqz_pack_ptr p;
     void *buf = NULL;
     int r;
-    if (in->pbuf) { /* the readers' copy is the content */
+    if (in->pack.buf) { /* the readers' copy is the content */
         r = sqz_pack_ptr_of(in, &p, NULL, 0);
-        if (r == 1 && p.length == in->pbuf_len) {
+        if (r == 1 && p.length == in->pack.buf_len) {
             buf = malloc(p.length);
             if (!buf)
                 return -ENOMEM;
-            memcpy(buf, in->pbuf, p.length);
+            memcpy(buf, in->pack.buf, p.length);
             r = 0;
         } else {
             r = load(fs, in, &p, &buf);

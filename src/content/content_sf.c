@@ -47,7 +47,7 @@ void sqz_params_from_spec(struct sqz_fs *fs, const sqz_spec *s, sqz_params *p)
     p->auto_mode = (uint8_t)s->auto_mode;
 }
 
-/* Open the container of a file for ensure_sf and set sf_key to the
+/* Open the container of a file for ensure_sf and set file_key to the
  * version it is read at. A read-only open takes the container the lookup's
  * probe opened if the file is still at that version (kind.c). */
 static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
@@ -57,7 +57,7 @@ static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
         struct sqz_bkey key;
         *out = sqz_inode_stash_take(in, &key);
         if (*out) {
-            in->sf_key = key;
+            in->file_key = key;
             return 0;
         }
     } else {
@@ -71,9 +71,9 @@ static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
      * change after this is seen again at the next open) */
     struct stat kst;
     if (fstat(fd, &kst) == 0)
-        sqz_bkey_of(&kst, &in->sf_key);
+        sqz_bkey_of(&kst, &in->file_key);
     else
-        memset(&in->sf_key, 0, sizeof(in->sf_key));
+        memset(&in->file_key, 0, sizeof(in->file_key));
     int rc = sqz_ctr_open_fd(fd, mode, SQZ_LABEL_FROM_FD, out);
     if (rc == 0 && want_write && fs->prealloc_ok)
         sqz_ctr_allow_prealloc(*out, 1);
@@ -94,7 +94,7 @@ static int open_ctr(struct sqz_fs *fs, struct sqz_inode *in, int want_write,
 int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_write)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    if (in->sf && (in->sf_rw || !want_write))
+    if (in->file && (in->file_rw || !want_write))
         return 0;
     if (want_write && fs->opts.ro)
         return -EROFS;
@@ -106,10 +106,10 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
         int rc = sqz_file_new(fs->engine, queued, &nsf);
         if (rc)
             return rc;
-        if (in->sf)
-            sqz_file_close(in->sf); /* a read-only view: nothing dirty */
-        in->sf = nsf;
-        in->sf_rw = 1;
+        if (in->file)
+            sqz_file_close(in->file); /* a read-only view: nothing dirty */
+        in->file = nsf;
+        in->file_rw = 1;
         return 0;
     }
     sqz_ctr *c = NULL;
@@ -120,8 +120,8 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
     rc = sqz_file_new(fs->engine, c, &nsf);
     if (rc)
         return rc;
-    if (in->sf) {
-        int rc2 = sqz_file_close(in->sf);
+    if (in->file) {
+        int rc2 = sqz_file_close(in->file);
         if (rc2) {
             char label[PATH_MAX];
             sqz_inode_label(fs, in, label, sizeof(label));
@@ -129,8 +129,8 @@ int sqz_content_ensure_sf(struct sqz_fs *fs, struct sqz_inode *in, int want_writ
                      label, strerror(-rc2));
         }
     }
-    in->sf = nsf;
-    in->sf_rw = want_write;
+    in->file = nsf;
+    in->file_rw = want_write;
     return 0;
 }
 
@@ -144,21 +144,21 @@ int sqz_content_refresh_view_locked(struct sqz_fs *fs, struct sqz_inode *in,
                                     const struct stat *bst, int *changed)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    if (!in->sf || in->sf_rw)
+    if (!in->file || in->file_rw)
         return 0;
     struct sqz_bkey now;
     sqz_bkey_of(bst, &now);
-    if (sqz_bkey_eq(&now, &in->sf_key))
+    if (sqz_bkey_eq(&now, &in->file_key))
         return 0;
-    sqz_file *old = in->sf;
-    in->sf = NULL;
+    sqz_file *old = in->file;
+    in->file = NULL;
     int rc = sqz_content_ensure_sf(fs, in, 0);
     if (rc) {
-        in->sf = old; /* keep serving the old view; this open fails */
+        in->file = old; /* keep serving the old view; this open fails */
         return rc;
     }
     /* unchanged blocks stay cached: re-read only what the writer changed */
-    sqz_file_inherit_cache(in->sf, old);
+    sqz_file_inherit_cache(in->file, old);
     sqz_file_close(old); /* read-only: nothing to commit */
     *changed = 1;
     return 0;
@@ -189,12 +189,12 @@ static int make_container(struct sqz_fs *fs, struct sqz_inode *in,
         return rc;
     if (fs->prealloc_ok)
         sqz_ctr_allow_prealloc(c, 1);
-    rc = sqz_file_new(fs->engine, c, &in->sf);
+    rc = sqz_file_new(fs->engine, c, &in->file);
     if (rc) {
-        in->sf = NULL;
+        in->file = NULL;
         return rc;
     }
-    in->sf_rw = 1;
+    in->file_rw = 1;
     in->kind = SQZ_K_CONTAINER;
     sqz_content_invalidate(in);
     return 0;
@@ -289,9 +289,9 @@ void sqz_content_restore_times(struct sqz_fs *fs, struct sqz_inode *in)
 int sqz_content_close_sf(struct sqz_fs *fs, struct sqz_inode *in)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    sqz_file *sf = in->sf;
-    in->sf = NULL;
-    if (!in->sf_rw || !fs->durable)
+    sqz_file *sf = in->file;
+    in->file = NULL;
+    if (!in->file_rw || !fs->durable)
         return sqz_file_close(sf);
     sqz_ctr *kept = NULL;
     int rc = sqz_file_close_keep(sf, &kept);

@@ -38,12 +38,12 @@ int sqz_content_lseek(struct sqz_fs *fs, struct sqz_handle *h, uint64_t off,
     int hole = whence == SEEK_HOLE;
     int rc;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    if (in->kind == SQZ_K_CONTAINER && in->sf) {
-        rc = sqz_file_seek(in->sf, off, hole, out);
-    } else if (in->kind == SQZ_K_PACKED && in->pbuf) {
+    if (in->kind == SQZ_K_CONTAINER && in->file) {
+        rc = sqz_file_seek(in->file, off, hole, out);
+    } else if (in->kind == SQZ_K_PACKED && in->pack.buf) {
         /* a packed file is at most one block: data unless all zeros */
-        const unsigned char *b = in->pbuf;
-        uint64_t n = in->pbuf_len;
+        const unsigned char *b = in->pack.buf;
+        uint64_t n = in->pack.buf_len;
         int data = n > 0 && (b[0] != 0 || memcmp(b, b + 1, n - 1) != 0);
         rc = off < n && (hole || data) ? 0 : -ENXIO;
         *out = hole && data ? n : off;
@@ -61,8 +61,8 @@ int sqz_content_zero_locked(struct sqz_inode *in, int mode, uint64_t off,
                             uint64_t len)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    if (in->kind != SQZ_K_CONTAINER || !in->sf)
+    if (in->kind != SQZ_K_CONTAINER || !in->file)
         return -EIO;
-    return sqz_file_zero_range(in->sf, off, len,
+    return sqz_file_zero_range(in->file, off, len,
                                (mode & FALLOC_FL_KEEP_SIZE) != 0);
 }

@@ -17,7 +17,7 @@
  * Unmount (sqz_durable_drain with final = 1) processes the queue at once
  * and flushes again so that the marks themselves are durable.
  *
- * Locking: a queued inode's dctr/dgen/dq_queued are protected by its io
+ * Locking: a queued inode's durable.ctr/durable.gen/durable.queued are protected by its io
  * lock; the queue array by d->mu. The thread takes d->mu alone, then one
  * inode's io at a time, never both. Ranks and order: docs/LOCKING.md. */
 #include "content/durable.h"
@@ -120,10 +120,10 @@ static void put_back_times(struct sqz_fs *fs, struct entry *x, int fd)
     sqz_bkey_of(b, &old);
     sqz_bkey_of(&now, &cur);
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (in->probe_valid && sqz_bkey_eq(&in->probe_key, &old))
-        in->probe_key = cur;
-    if (in->kc_valid && sqz_bkey_eq(&in->kc_key, &old))
-        in->kc_key = cur;
+    if (in->probe.valid && sqz_bkey_eq(&in->probe.key, &old))
+        in->probe.key = cur;
+    if (in->keep_cache.valid && sqz_bkey_eq(&in->keep_cache.key, &old))
+        in->keep_cache.key = cur;
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
@@ -148,13 +148,13 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
     for (size_t i = 0; i < n; i++) {
         struct sqz_inode *in = v[i];
         SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
-        in->dq_queued = 0;
-        if (in->dctr) {
+        in->durable.queued = 0;
+        if (in->durable.ctr) {
             struct entry *x = &e[m];
             x->in = in;
             x->vi = i;
-            x->c = in->dctr;
-            x->gen = in->dgen;
+            x->c = in->durable.ctr;
+            x->gen = in->durable.gen;
             int r = sqz_ctr_mark_begin(x->c, &x->t);
             if (r < 0 && first == 0)
                 first = r;
@@ -188,7 +188,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
         struct entry *x = &e[i];
         struct sqz_inode *in = x->in;
         SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
-        if (in->dctr != x->c || in->dgen != x->gen) {
+        if (in->durable.ctr != x->c || in->durable.gen != x->gen) {
             SQZ_RWUNLOCK(&in->io); /* reopened: its owner marks */
             continue;
         }
@@ -202,7 +202,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
                 put_back_times(fs, x, sqz_ctr_fd(x->c));
         }
         if (r == 0) {
-            in->dctr = NULL;
+            in->durable.ctr = NULL;
             sqz_pack_note_locked(fs, in, x->c);
             int rc = sqz_ctr_close(x->c);
             if (rc < 0 && first == 0)
@@ -212,13 +212,13 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
             SQZ_MUTEX_UNLOCK(&d->mu);
         } else if (!final) {
             /* keep it queued; the entry's open reference goes with it */
-            in->dq_queued = 1;
+            in->durable.queued = 1;
             SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
             d->failures++;
             if (requeue_locked(d, in) == 0)
                 v[x->vi] = NULL; /* the queue keeps its open reference */
             else
-                in->dq_queued = 0;
+                in->durable.queued = 0;
             SQZ_MUTEX_UNLOCK(&d->mu);
         } else {
             char label[PATH_MAX];
@@ -227,7 +227,7 @@ static int process(struct sqz_fs *fs, struct sqz_inode **v, size_t n,
                      strerror(-r));
             if (first == 0)
                 first = r;
-            in->dctr = NULL;
+            in->durable.ctr = NULL;
             sqz_ctr_close(x->c);
         }
         SQZ_RWUNLOCK(&in->io);
@@ -421,9 +421,9 @@ int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
     struct sqz_durable *d = fs->durable;
     if (!d)
         return -ENOSYS;
-    in->dctr = c;
-    in->dgen++;
-    if (in->dq_queued)
+    in->durable.ctr = c;
+    in->durable.gen++;
+    if (in->durable.queued)
         return 0;
     SQZ_MUTEX_LOCK(&d->mu, SQZ_RANK_DURABLE);
     int rc = requeue_locked(d, in);
@@ -431,10 +431,10 @@ int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
         pthread_cond_signal(&d->bg.wake);
     SQZ_MUTEX_UNLOCK(&d->mu);
     if (rc < 0) {
-        in->dctr = NULL;
+        in->durable.ctr = NULL;
         return rc;
     }
-    in->dq_queued = 1;
+    in->durable.queued = 1;
     sqz_inode_open_ref(fs, in); /* dropped when the entry is processed */
     return 0;
 }
@@ -442,8 +442,8 @@ int sqz_durable_defer_locked(struct sqz_fs *fs, struct sqz_inode *in,
 sqz_ctr *sqz_durable_take_locked(struct sqz_inode *in)
 {
     SQZ_ASSERT_EXCL(&in->io);
-    sqz_ctr *c = in->dctr;
-    in->dctr = NULL;
+    sqz_ctr *c = in->durable.ctr;
+    in->durable.ctr = NULL;
     return c;
 }
 

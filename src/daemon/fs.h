@@ -66,54 +66,65 @@ struct sqz_fs {
     uid_t uid;                  /* euid of the daemon */
     gid_t gid;                  /* egid of the daemon */
     char *mnt_real;             /* realpath of MOUNTPOINT, or NULL */
-    atomic_int readahead_done;  /* the first open set the kernel's
-                                   read-ahead window (ops_file.c) */
-    pthread_mutex_t readahead_mu; /* serialises that first attempt */
-
-    struct sqz_durable *durable; /* durable.c; NULL before start */
-    struct sqz_packer *packer;  /* pack_job.c (durable thread only) */
-    struct sqz_pack_gc *pack_gc; /* pack_gc.c */
-    struct sqz_pack_rd *pack_rd; /* pack_rd.c */
-    int wlock_fd;               /* wlock.c: the writer lock (-1: none) */
-    struct fuse_session *se;    /* for kernel cache invalidation */
-    struct sqz_reval *reval;    /* revalidate.c; NULL if not running */
-    struct sqz_tier *tier;      /* tier.c; NULL on read-only mounts */
-    struct sqz_ident *ident;    /* ident.c: kept inode numbers; NULL on a
-                                   shared BACKING */
-    int wlock_posix;            /* it is a per-process POSIX lock */
-    atomic_uint push_inflight;  /* push.c: pushes running now */
-    size_t plus_max_inodes;     /* const: READDIRPLUS looks entries up only
-                                   below this many inodes (mount.c) */
-    size_t pack_pending_max;    /* const: notes that make the durable thread
-                                   pack during a stream of closes (mount.c;
-                                   0: SQZ_PACK_PENDING_MIN) */
-    atomic_uint_fast64_t push_blocks, push_bytes, push_skipped; /* stats */
-    atomic_uint_fast64_t packed_bytes_read; /* READ replies of packed files */
-    atomic_uint_fast64_t read_errors; /* READ replies with EIO: damaged data
-                                        (ops_file.c) */
-    _Atomic int64_t shown_start_ns; /* ptimes.c: until then, a kept ctime
-                                       an earlier mount wrote may count */
-    atomic_int atime_mode;          /* ptimes.c: the mount's atime option, */
-    _Atomic int64_t atime_seen_ns;  /* read from mountinfo then (0: never) */
     int pack_in_place;          /* const: a local BACKING: packing keeps the
                                    backing inode (pack_job.c), the backing
                                    file gets the kernel's times (ptimes.c) */
     int prealloc_ok;            /* const: containers may write their log
                                    ahead (sqz_ctr_allow_prealloc): BACKING
                                    is local, with nanosecond times */
+    size_t plus_max_inodes;     /* const: READDIRPLUS looks entries up only
+                                   below this many inodes (mount.c) */
+    size_t pack_pending_max;    /* const: notes that make the durable thread
+                                   pack during a stream of closes (mount.c;
+                                   0: SQZ_PACK_PENDING_MIN) */
+    struct fuse_session *se;    /* for kernel cache invalidation */
+
+    /* the subsystems' own state */
+    struct sqz_durable *durable; /* durable.c; NULL before start */
+    struct sqz_packer *packer;  /* pack_job.c (durable thread only) */
+    struct sqz_pack_gc *pack_gc; /* pack_gc.c */
+    struct sqz_pack_rd *pack_rd; /* pack_rd.c */
+    struct sqz_reval *reval;    /* revalidate.c; NULL if not running */
+    struct sqz_tier *tier;      /* tier.c; NULL on read-only mounts */
+    struct sqz_ident *ident;    /* ident.c: kept inode numbers; NULL on a
+                                   shared BACKING */
+    struct {                    /* wlock.c: the writer lock */
+        int fd;                 /* -1: none */
+        int posix;              /* it is a per-process POSIX lock */
+    } wlock;
+    struct {                    /* ops_file.c: the kernel's read-ahead */
+        atomic_int done;        /* the first open set the window */
+        pthread_mutex_t mu;     /* serialises that first attempt */
+    } readahead;
+    struct {                    /* push.c: pushes into the page cache */
+        atomic_uint inflight;   /* running now */
+        atomic_uint_fast64_t blocks, bytes, skipped; /* stats */
+    } push;
+    struct {                    /* ptimes.c */
+        _Atomic int64_t shown_start_ns; /* until then, a kept ctime an
+                                           earlier mount wrote may count */
+        atomic_int atime_mode;  /* the mount's atime option, */
+        _Atomic int64_t atime_seen_ns; /* read from mountinfo then (0:
+                                          never) */
+    } times;
     atomic_uint_fast64_t policy_gen; /* bumped after a policy xattr or a
                                         directory changed place through the
                                         mount (newfile_policy.c) */
-
-    pthread_mutex_t itable_lock;
-    struct sqz_swap_pend *swap_pend; /* exchanges in progress (inode.c) */
-    struct sqz_inode **buckets;
-    size_t nbuckets, count;
-    struct sqz_inode *root;
-
+    /* stats */
+    atomic_uint_fast64_t packed_bytes_read; /* READ replies of packed files */
+    atomic_uint_fast64_t read_errors; /* READ replies with EIO: damaged data
+                                        (ops_file.c) */
     atomic_ulong sec_xattr_gets; /* GETXATTR of other than user.* names
                                     (the kernel's security.capability
                                     check before a write; killpriv.c) */
+
+    struct {                    /* inode.c: the inode table */
+        pthread_mutex_t lock;   /* sqz_fs.itable.lock (docs/LOCKING.md) */
+        struct sqz_swap_pend *swap_pend; /* exchanges in progress */
+        struct sqz_inode **buckets;
+        size_t nbuckets, count;
+        struct sqz_inode *root;
+    } itable;
 };
 
 static inline struct sqz_fs *sqz_fs_of(fuse_req_t req)

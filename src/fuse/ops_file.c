@@ -42,12 +42,12 @@ static int adjust_flags(struct sqz_fs *fs, int flags)
  * processed by then): set the kernel read-ahead window (readahead=). */
 static void tune_readahead(struct sqz_fs *fs)
 {
-    if (atomic_load_explicit(&fs->readahead_done, memory_order_acquire))
+    if (atomic_load_explicit(&fs->readahead.done, memory_order_acquire))
         return;
     /* Concurrent first opens wait here until the window is set: a file
      * opened before it would keep the old window for its whole life. */
-    SQZ_MUTEX_LOCK(&fs->readahead_mu, SQZ_RANK_READAHEAD);
-    if (!atomic_load_explicit(&fs->readahead_done, memory_order_relaxed)) {
+    SQZ_MUTEX_LOCK(&fs->readahead.mu, SQZ_RANK_READAHEAD);
+    if (!atomic_load_explicit(&fs->readahead.done, memory_order_relaxed)) {
         if (fs->opts.readahead_bytes != 0 && fs->mnt_real) {
             int rc = sqz_set_mount_readahead(fs->mnt_real,
                                              fs->opts.readahead_bytes);
@@ -55,9 +55,9 @@ static void tune_readahead(struct sqz_fs *fs)
                 sqz_logf(SQZ_LOG_INFO, "readahead=%zuK not applied (kernel default kept): %s",
                          fs->opts.readahead_bytes / 1024, strerror(-rc));
         }
-        atomic_store_explicit(&fs->readahead_done, 1, memory_order_release);
+        atomic_store_explicit(&fs->readahead.done, 1, memory_order_release);
     }
-    SQZ_MUTEX_UNLOCK(&fs->readahead_mu);
+    SQZ_MUTEX_UNLOCK(&fs->readahead.mu);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -302,7 +302,7 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
      * raced it may have cached the bytes from before (xfstests generic/451),
      * so no later open keeps the cache */
     if (r > 0 && (fi->flags & O_DIRECT))
-        atomic_store(&handle_of(fi)->inode->kc_direct, 1);
+        atomic_store(&handle_of(fi)->inode->keep_cache.direct_written, 1);
     if (r < 0)
         fuse_reply_err(req, (int)-r);
     else

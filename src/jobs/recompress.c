@@ -186,12 +186,12 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
         len = 0;
     }
     /* The source. */
-    if (kind == SQZ_K_CONTAINER && in->sf) {
-        rc = sqz_file_flush(in->sf);
+    if (kind == SQZ_K_CONTAINER && in->file) {
+        rc = sqz_file_flush(in->file);
         if (rc)
             goto out;
-        src.sf = in->sf;
-        len = sqz_file_length(in->sf);
+        src.sf = in->file;
+        len = sqz_file_length(in->file);
     } else {
         int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
         if (fd < 0) {
@@ -257,7 +257,7 @@ int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
         rc = sqz_replace_temp_meta(in, &bst, sqz_ctr_fd(sqz_file_ctr(nsf)));
     if (rc)
         goto out;
-    if (src.sf == in->sf)
+    if (src.sf == in->file)
         src.sf = NULL; /* closed by the install */
     rc = sqz_recompress_install_locked(fs, in, &t, nsf);
     nsf = NULL;

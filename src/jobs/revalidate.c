@@ -40,13 +40,13 @@ static void check_one(struct sqz_fs *fs, struct sqz_inode *in, void *user)
     if (in->type != S_IFREG)
         return;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    int ro_view = in->sf && !in->sf_rw;
+    int ro_view = in->file && !in->file_rw;
     struct stat bst;
     int stale = 0;
     if (ro_view && sqz_backing_stat(in, &bst) == 0) {
         struct sqz_bkey now;
         sqz_bkey_of(&bst, &now);
-        stale = !sqz_bkey_eq(&now, &in->sf_key);
+        stale = !sqz_bkey_eq(&now, &in->file_key);
     }
     SQZ_RWUNLOCK(&in->io);
     if (!stale)

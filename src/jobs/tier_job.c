@@ -248,7 +248,7 @@ static int copy_pace(struct copy *c, uint64_t done)
     c->fg_last = fg;
     double until = since(&c->t0) + yield;
     for (;;) {
-        if (atomic_load_explicit(&c->in->wgen, memory_order_acquire) != c->gen0)
+        if (atomic_load_explicit(&c->in->change_gen, memory_order_acquire) != c->gen0)
             return -EAGAIN;
         if (c->pace->stop && atomic_load(c->pace->stop))
             return -ECANCELED;
@@ -363,9 +363,9 @@ static int prepare_locked(struct sqz_fs *fs, struct sqz_inode *in, struct copy *
     /* a packed file is not tiered: it stays packed (docs/FORMAT.md) */
     if (kind == SQZ_K_PENDING || kind == SQZ_K_PACKED)
         return -EBUSY;
-    if (in->sf && (rc = sqz_file_flush(in->sf)) != 0)
+    if (in->file && (rc = sqz_file_flush(in->file)) != 0)
         return rc;
-    c->gen0 = atomic_load_explicit(&in->wgen, memory_order_acquire);
+    c->gen0 = atomic_load_explicit(&in->change_gen, memory_order_acquire);
     char label[PATH_MAX];
     sqz_inode_label(fs, in, label, sizeof(label));
     int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
@@ -396,7 +396,7 @@ static int install_locked(struct sqz_fs *fs, struct sqz_inode *in, struct copy *
     SQZ_ASSERT_EXCL(&in->io);
     struct stat bst, nst;
     int rc = 0;
-    if (atomic_load_explicit(&in->wgen, memory_order_acquire) != c->gen0 ||
+    if (atomic_load_explicit(&in->change_gen, memory_order_acquire) != c->gen0 ||
         in->ino != ino0 || in->writers > 0 || in->plain_users > 0)
         rc = -EAGAIN;
     if (rc == 0)
@@ -489,7 +489,7 @@ static int tier_file(struct sqz_fs *fs, struct sqz_inode *in,
         rc = copy_all(&c, dst);
         /* a read error is only the file moving under us if it moved */
         if (rc && rc != -EAGAIN &&
-            atomic_load_explicit(&in->wgen, memory_order_acquire) != c.gen0)
+            atomic_load_explicit(&in->change_gen, memory_order_acquire) != c.gen0)
             rc = -EAGAIN;
     }
     if (rc == 0) {

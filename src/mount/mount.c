@@ -455,9 +455,9 @@ int sqz_mount_main(int argc, char **argv)
     mallopt(M_ARENA_MAX, 1);
     memset(fs, 0, sizeof(*fs));
     raise_fd_limit(fs);
-    sqz_mutex_init(&fs->readahead_mu); /* cannot fail with glibc */
+    sqz_mutex_init(&fs->readahead.mu); /* cannot fail with glibc */
     fs->root_dirfd = -1;
-    fs->wlock_fd = -1;
+    fs->wlock.fd = -1;
     sqz_mount_opts_init(&fs->opts);
     struct cmdline cl;
     memset(&cl, 0, sizeof(cl));

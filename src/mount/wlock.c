@@ -86,8 +86,8 @@ static void write_holder(struct sqz_fs *fs, int with_dev)
                        fs->mnt_real ? fs->mnt_real : "?", when, dev);
     if (len < 0 || (size_t)len >= sizeof(text))
         return;
-    if (ftruncate(fs->wlock_fd, 0) != 0 ||
-        pwrite(fs->wlock_fd, text, (size_t)len, 0) != len)
+    if (ftruncate(fs->wlock.fd, 0) != 0 ||
+        pwrite(fs->wlock.fd, text, (size_t)len, 0) != len)
         sqz_logf(SQZ_LOG_WARN, "squeezefs: cannot record the writer in %s: %s",
                  SQZ_WLOCK_NAME, strerror(errno));
 }
@@ -183,7 +183,7 @@ static int try_lock(struct sqz_fs *fs, int *fdp)
         rc = set_lock(fd, 1);
         if (rc == -EINVAL) { /* no OFD locks: a per-process lock, re-taken */
             rc = set_lock(fd, 0); /* after daemonize (sqz_writer_lock_own) */
-            fs->wlock_posix = rc == 0;
+            fs->wlock.posix = rc == 0;
         }
         /* A clean unmount removes the file: the lock counts only if the
          * file locked is still the one under that name. */
@@ -208,8 +208,8 @@ static double mono_s(void)
 
 int sqz_writer_lock(struct sqz_fs *fs, char *err, size_t errlen)
 {
-    fs->wlock_fd = -1;
-    fs->wlock_posix = 0;
+    fs->wlock.fd = -1;
+    fs->wlock.posix = 0;
     if (fs->opts.ro)
         return 0;
     int fd, rc, waited = 0;
@@ -280,20 +280,20 @@ int sqz_writer_lock(struct sqz_fs *fs, char *err, size_t errlen)
         close(fd);
         return rc;
     }
-    fs->wlock_fd = fd;
+    fs->wlock.fd = fd;
     write_holder(fs, 0);
     return 0;
 }
 
 int sqz_writer_lock_own(struct sqz_fs *fs)
 {
-    if (fs->wlock_fd < 0)
+    if (fs->wlock.fd < 0)
         return 0;
-    if (fs->wlock_posix) {
+    if (fs->wlock.posix) {
         /* POSIX locks belong to a process and are not inherited by fork:
          * the serving process takes it again (a short window in which a
          * second writer could slip in, only where OFD locks are missing) */
-        int rc = set_lock(fs->wlock_fd, 0);
+        int rc = set_lock(fs->wlock.fd, 0);
         if (rc < 0) {
             sqz_logf(SQZ_LOG_ERR, "squeezefs: lost the writer lock of %s: %s",
                      fs->backing_real, strerror(-rc));
@@ -307,10 +307,10 @@ int sqz_writer_lock_own(struct sqz_fs *fs)
 void sqz_writer_leaving(struct sqz_fs *fs)
 {
     struct stat st;
-    if (fs->wlock_fd < 0 || fstat(fs->wlock_fd, &st) != 0)
+    if (fs->wlock.fd < 0 || fstat(fs->wlock.fd, &st) != 0)
         return;
     static const char line[] = "leaving\n";
-    if (pwrite(fs->wlock_fd, line, sizeof(line) - 1, st.st_size) !=
+    if (pwrite(fs->wlock.fd, line, sizeof(line) - 1, st.st_size) !=
         (ssize_t)sizeof(line) - 1)
         sqz_logf(SQZ_LOG_WARN, "squeezefs: cannot mark %s as leaving: %s",
                  SQZ_WLOCK_NAME, strerror(errno));
@@ -318,7 +318,7 @@ void sqz_writer_leaving(struct sqz_fs *fs)
 
 void sqz_writer_unlock(struct sqz_fs *fs)
 {
-    if (fs->wlock_fd >= 0) {
+    if (fs->wlock.fd >= 0) {
         /* remove the file while still holding the lock (a waiting mount
          * re-checks the name after locking), so a clean unmount leaves
          * nothing behind; after a crash the file stays, unlocked */
@@ -328,7 +328,7 @@ void sqz_writer_unlock(struct sqz_fs *fs)
             unlinkat(fs->root_dirfd, SQZ_WLOCK_NAME, 0);
             sqz_ptimes_dir_end(NULL, fs->root_dirfd, &t);
         }
-        close(fs->wlock_fd);
+        close(fs->wlock.fd);
     }
-    fs->wlock_fd = -1;
+    fs->wlock.fd = -1;
 }

@@ -63,7 +63,7 @@ void sqz_ifd_id_free(struct sqz_ifd_id *id);
 struct sqz_inode *sqz_ifd_id_parent(const struct sqz_ifd_id *id);
 /* A new inode's descriptor fd and identity id (both taken; id NULL, or
  * fixed: the fd is never evicted). The caller has counted the parent's
- * child reference of a name id. May be called under itable_lock. */
+ * child reference of a name id. May be called under itable.lock. */
 void sqz_ifd_attach(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
                     int fixed);
 /* Teardown: close the fd, free the identity; returns the parent whose

@@ -31,7 +31,7 @@ static size_t bucket_of(const struct sqz_fs *fs, dev_t dev, ino_t ino)
 {
     uint64_t h = (uint64_t)ino * 0x9E3779B97F4A7C15ull ^ (uint64_t)dev;
     h ^= h >> 29;
-    return (size_t)(h % fs->nbuckets);
+    return (size_t)(h % fs->itable.nbuckets);
 }
 
 static struct sqz_inode *inode_new(const struct stat *st)
@@ -94,11 +94,11 @@ static void destroy_chain(struct sqz_fs *fs, struct sqz_inode *dead)
         struct sqz_inode *p = inode_destroy(dead);
         dead = NULL;
         if (p) {
-            SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+            SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
             if (p->nchild > 0)
                 p->nchild--;
             maybe_free_locked(fs, p, &dead);
-            SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+            SQZ_MUTEX_UNLOCK(&fs->itable.lock);
         }
     }
 }
@@ -120,35 +120,35 @@ static void inode_gone(struct sqz_fs *fs, struct sqz_inode *in)
     destroy_chain(fs, in);
 }
 
-/* Caller holds itable_lock. */
+/* Caller holds itable.lock. */
 static void table_insert(struct sqz_fs *fs, struct sqz_inode *in)
 {
     size_t b = bucket_of(fs, in->dev, in->ino);
-    in->next = fs->buckets[b];
-    fs->buckets[b] = in;
-    fs->count++;
+    in->next = fs->itable.buckets[b];
+    fs->itable.buckets[b] = in;
+    fs->itable.count++;
 }
 
 static void table_remove(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    struct sqz_inode **pp = &fs->buckets[bucket_of(fs, in->dev, in->ino)];
+    struct sqz_inode **pp = &fs->itable.buckets[bucket_of(fs, in->dev, in->ino)];
     while (*pp && *pp != in)
         pp = &(*pp)->next;
     if (*pp) {
         *pp = in->next;
-        fs->count--;
+        fs->itable.count--;
     }
     in->next = NULL;
 }
 
 static struct sqz_inode *table_find(struct sqz_fs *fs, dev_t dev, ino_t ino)
 {
-    for (struct sqz_inode *in = fs->buckets[bucket_of(fs, dev, ino)]; in;
+    for (struct sqz_inode *in = fs->itable.buckets[bucket_of(fs, dev, ino)]; in;
          in = in->next)
         if (in->dev == dev && in->ino == ino)
             return in;
     /* a backing file being exchanged in for an inode (sqz_inode_swap_begin) */
-    for (struct sqz_swap_pend *p = fs->swap_pend; p; p = p->next)
+    for (struct sqz_swap_pend *p = fs->itable.swap_pend; p; p = p->next)
         if (p->dev == dev && p->ino == ino)
             return p->in;
     return NULL;
@@ -161,38 +161,38 @@ void sqz_inode_swap_begin(struct sqz_fs *fs, struct sqz_inode *in,
     p->in = in;
     p->dev = dev;
     p->ino = ino;
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
-    p->next = fs->swap_pend;
-    fs->swap_pend = p;
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
+    p->next = fs->itable.swap_pend;
+    fs->itable.swap_pend = p;
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
 }
 
 void sqz_inode_swap_end(struct sqz_fs *fs, struct sqz_swap_pend *p)
 {
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
-    struct sqz_swap_pend **pp = &fs->swap_pend;
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
+    struct sqz_swap_pend **pp = &fs->itable.swap_pend;
     while (*pp && *pp != p)
         pp = &(*pp)->next;
     if (*pp)
         *pp = p->next;
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
 }
 
 /* Grow when the chains get long (best effort: on ENOMEM keep the table). */
 static void table_maybe_grow(struct sqz_fs *fs)
 {
-    SQZ_ASSERT_EXCL(&fs->itable_lock);
-    if (fs->count < fs->nbuckets * 2)
+    SQZ_ASSERT_EXCL(&fs->itable.lock);
+    if (fs->itable.count < fs->itable.nbuckets * 2)
         return;
-    size_t nb = fs->nbuckets * 4;
+    size_t nb = fs->itable.nbuckets * 4;
     struct sqz_inode **nbk = calloc(nb, sizeof(*nbk));
     if (!nbk)
         return;
-    struct sqz_inode **old = fs->buckets;
-    size_t on = fs->nbuckets;
-    fs->buckets = nbk;
-    fs->nbuckets = nb;
-    fs->count = 0;
+    struct sqz_inode **old = fs->itable.buckets;
+    size_t on = fs->itable.nbuckets;
+    fs->itable.buckets = nbk;
+    fs->itable.nbuckets = nb;
+    fs->itable.count = 0;
     for (size_t i = 0; i < on; i++) {
         struct sqz_inode *in = old[i];
         while (in) {
@@ -206,11 +206,11 @@ static void table_maybe_grow(struct sqz_fs *fs)
 
 int sqz_itable_init(struct sqz_fs *fs)
 {
-    if (sqz_mutex_init(&fs->itable_lock) != 0)
+    if (sqz_mutex_init(&fs->itable.lock) != 0)
         return -ENOMEM;
-    fs->nbuckets = 4096;
-    fs->buckets = calloc(fs->nbuckets, sizeof(*fs->buckets));
-    if (!fs->buckets)
+    fs->itable.nbuckets = 4096;
+    fs->itable.buckets = calloc(fs->itable.nbuckets, sizeof(*fs->itable.buckets));
+    if (!fs->itable.buckets)
         return -ENOMEM;
     /* the directory root_dirfd is, not the path opened again */
     int fd = openat(fs->root_dirfd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -232,7 +232,7 @@ int sqz_itable_init(struct sqz_fs *fs)
     sqz_ifd_attach(root, fd, NULL, 1);
     root->is_root = 1;
     root->nlookup = 1;
-    fs->root = root;
+    fs->itable.root = root;
     table_insert(fs, root);
     return 0;
 }
@@ -240,21 +240,21 @@ int sqz_itable_init(struct sqz_fs *fs)
 int sqz_itable_free(struct sqz_fs *fs)
 {
     int first = 0;
-    if (!fs->buckets)
+    if (!fs->itable.buckets)
         return 0;
-    for (size_t i = 0; i < fs->nbuckets; i++) {
-        struct sqz_inode *in = fs->buckets[i];
+    for (size_t i = 0; i < fs->itable.nbuckets; i++) {
+        struct sqz_inode *in = fs->itable.buckets[i];
         while (in) {
             struct sqz_inode *next = in->next;
-            if (in->sf) {
-                int rc = sqz_file_close(in->sf);
-                in->sf = NULL;
+            if (in->file) {
+                int rc = sqz_file_close(in->file);
+                in->file = NULL;
                 if (rc < 0 && first == 0)
                     first = rc;
             }
-            if (in->dctr) { /* sqz_durable_free processed the queue */
-                int rc = sqz_ctr_close(in->dctr);
-                in->dctr = NULL;
+            if (in->durable.ctr) { /* sqz_durable_free processed the queue */
+                int rc = sqz_ctr_close(in->durable.ctr);
+                in->durable.ctr = NULL;
                 if (rc < 0 && first == 0)
                     first = rc;
             }
@@ -262,23 +262,23 @@ int sqz_itable_free(struct sqz_fs *fs)
             in = next;
         }
     }
-    free(fs->buckets);
-    fs->buckets = NULL;
-    fs->root = NULL;
-    pthread_mutex_destroy(&fs->itable_lock);
+    free(fs->itable.buckets);
+    fs->itable.buckets = NULL;
+    fs->itable.root = NULL;
+    pthread_mutex_destroy(&fs->itable.lock);
     return first;
 }
 
 struct sqz_inode *sqz_inode_of(struct sqz_fs *fs, fuse_ino_t ino)
 {
     if (ino == FUSE_ROOT_ID)
-        return fs->root;
+        return fs->itable.root;
     return (struct sqz_inode *)(uintptr_t)ino;
 }
 
 fuse_ino_t sqz_nodeid(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    if (in == fs->root)
+    if (in == fs->itable.root)
         return FUSE_ROOT_ID;
     return (fuse_ino_t)(uintptr_t)in;
 }
@@ -382,9 +382,9 @@ int sqz_inode_lookup(struct sqz_fs *fs, struct sqz_inode *parent,
 
 size_t sqz_inode_count(struct sqz_fs *fs)
 {
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
-    size_t n = fs->count;
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
+    size_t n = fs->itable.count;
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     return n;
 }
 
@@ -417,7 +417,7 @@ again:
         return err;
     }
     id = sqz_ifd_id_of(fd, st, parent, name); /* NULL: keeps its fd */
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
     in = table_find(fs, st->st_dev, st->st_ino);
     if (!in && tries < 8 && !S_ISDIR(st->st_mode)) {
         /* the file opened may have been renamed over meanwhile, and its
@@ -431,7 +431,7 @@ again:
              (sqz_ident_any(fs) &&
               (fstatat(dirfd, name, &cur, AT_SYMLINK_NOFOLLOW) != 0 ||
                cur.st_ino != now.st_ino || cur.st_dev != now.st_dev)))) {
-            SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+            SQZ_MUTEX_UNLOCK(&fs->itable.lock);
             close(fd);
             sqz_ifd_id_free(id);
             tries++;
@@ -470,7 +470,7 @@ again:
         if (!in) {
             if (idp)
                 idp->nchild--;
-            SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+            SQZ_MUTEX_UNLOCK(&fs->itable.lock);
             close(fd);
             sqz_ifd_id_free(id);
             return -ENOMEM;
@@ -484,7 +484,7 @@ again:
         oldp->nchild--;
         maybe_free_locked(fs, oldp, &dead);
     }
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     if (alt >= 0)
         close(alt);
     destroy_chain(fs, dead);
@@ -507,7 +507,7 @@ void sqz_inode_renamed(struct sqz_fs *fs, struct sqz_inode *np,
     if (rc != 0)
         return;
     struct sqz_inode *dead = NULL;
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
     struct sqz_inode *in = table_find(fs, st.st_dev, st.st_ino);
     int moved = 0;
     struct sqz_inode *old = in ? sqz_ifd_renamed(in, np, newname, &moved) : NULL;
@@ -518,15 +518,15 @@ void sqz_inode_renamed(struct sqz_fs *fs, struct sqz_inode *np,
             maybe_free_locked(fs, old, &dead);
         }
     }
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     destroy_chain(fs, dead);
 }
 
-/* Caller holds itable_lock; frees the inode when nothing refers to it. */
+/* Caller holds itable.lock; frees the inode when nothing refers to it. */
 static void maybe_free_locked(struct sqz_fs *fs, struct sqz_inode *in,
                               struct sqz_inode **to_free)
 {
-    SQZ_ASSERT_EXCL(&fs->itable_lock);
+    SQZ_ASSERT_EXCL(&fs->itable.lock);
     *to_free = NULL;
     if (in->is_root || in->nlookup > 0 || in->nopen > 0 || in->nchild > 0)
         return;
@@ -537,15 +537,15 @@ static void maybe_free_locked(struct sqz_fs *fs, struct sqz_inode *in,
 void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
 {
     struct sqz_inode *dead = NULL;
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
     in->nlookup = n > in->nlookup ? 0 : in->nlookup - n;
     if (in->nlookup == 0) { /* the kernel forgot it (ptimes.c) */
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-        in->ktimes_set = 0;
+        in->times.kernel_set = 0;
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
     maybe_free_locked(fs, in, &dead);
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     /* No handle is open (nopen == 0), so no sf exists. */
     if (dead)
         inode_gone(fs, dead);
@@ -553,29 +553,29 @@ void sqz_inode_forget(struct sqz_fs *fs, struct sqz_inode *in, uint64_t n)
 
 void sqz_inode_open_ref(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
     in->nopen++;
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
 }
 
 struct sqz_inode *sqz_inode_find_ref(struct sqz_fs *fs, dev_t dev, ino_t ino)
 {
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
     struct sqz_inode *in = table_find(fs, dev, ino);
     if (in)
         in->nopen++;
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     return in;
 }
 
 void sqz_inode_open_unref(struct sqz_fs *fs, struct sqz_inode *in)
 {
     struct sqz_inode *dead = NULL;
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
     if (in->nopen > 0)
         in->nopen--;
     maybe_free_locked(fs, in, &dead);
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     if (dead)
         inode_gone(fs, dead);
 }
@@ -589,10 +589,10 @@ int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
      * last descriptor, the cached one, goes: its inode number may then be
      * given to a new file at once. The key changes in the same critical
      * section, so a lookup of that new file never finds this inode. */
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
     int rc = sqz_ifd_replace(in, npfd);
     if (rc) {
-        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+        SQZ_MUTEX_UNLOCK(&fs->itable.lock);
         return rc;
     }
     table_remove(fs, in);
@@ -602,7 +602,7 @@ int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
     if (in->alt_fd >= 0) /* a name of the replaced file */
         close(in->alt_fd);
     in->alt_fd = -1;
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     return 0;
 }
 
@@ -612,21 +612,21 @@ int sqz_itable_foreach(struct sqz_fs *fs,
 {
     /* Collect the inodes, each kept alive by an open reference, under the
      * table lock; call fn after releasing it (fn may take io, which ranks
-     * before itable_lock: docs/LOCKING.md). */
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
-    size_t n = fs->count;
+     * before itable.lock: docs/LOCKING.md). */
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
+    size_t n = fs->itable.count;
     struct sqz_inode **v = malloc((n ? n : 1) * sizeof(*v));
     if (!v) {
-        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+        SQZ_MUTEX_UNLOCK(&fs->itable.lock);
         return -ENOMEM;
     }
     size_t k = 0;
-    for (size_t i = 0; i < fs->nbuckets; i++)
-        for (struct sqz_inode *in = fs->buckets[i]; in && k < n; in = in->next) {
+    for (size_t i = 0; i < fs->itable.nbuckets; i++)
+        for (struct sqz_inode *in = fs->itable.buckets[i]; in && k < n; in = in->next) {
             in->nopen++;
             v[k++] = in;
         }
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     for (size_t i = 0; i < k; i++)
         fn(fs, v[i], user);
     for (size_t i = 0; i < k; i++)

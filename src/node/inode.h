@@ -3,7 +3,7 @@
  * sqz_bkey), the container a lookup keeps for the next open (the stash).
  * Internal header.
  *
- * Locks: sqz_inode.io, sqz_fs.itable_lock, sqz_inode.meta, push_mu:
+ * Locks: sqz_inode.io, sqz_fs.itable_lock, sqz_inode.meta, push.mu:
  * docs/LOCKING.md. The fields of struct sqz_inode are grouped by the lock
  * that protects them; "const" ones are set before the inode is published.
  * The inode's O_PATH descriptor is not a field one reads: it is pinned
@@ -44,7 +44,7 @@ struct sqz_bkey {
 };
 
 struct sqz_inode {
-    /* itable_lock */
+    /* itable.lock */
     struct sqz_inode *next;
     dev_t dev;
     ino_t ino;
@@ -60,53 +60,68 @@ struct sqz_inode {
     /* const */
     mode_t type;         /* S_IFMT bits */
     int is_root;
-    /* io */
+
+    /* io: a regular file's content (src/content) */
     pthread_rwlock_t io;
-    enum sqz_kind kind;  /* meaningful while sf_users or plain_users > 0 */
-    sqz_file *sf;        /* shared engine file (CONTAINER) */
-    int sf_rw;           /* sf's container is open read-write */
-    struct sqz_bkey sf_key; /* backing version a read-only sf was opened at */
-    unsigned sf_users;   /* handles using sf / PENDING */
+    enum sqz_kind kind;  /* meaningful while file_users or plain_users > 0 */
+    sqz_file *file;      /* the shared engine file (CONTAINER) */
+    int file_rw;         /* its container is open read-write */
+    struct sqz_bkey file_key; /* backing version a read-only file was
+                                 opened at */
+    unsigned file_users; /* handles using file / PENDING */
     unsigned plain_users;/* handles holding their own plain fd */
     sqz_params pending;  /* PENDING: block size, min_saving, auto mode */
-    sqz_ctr *dctr;       /* closed, committed, waiting for its durable mark
-                            (durable.c); a reopen takes it back */
-    uint64_t dgen;       /* bumped whenever dctr is set */
-    int dq_queued;       /* in the durable queue (holds an open ref) */
     unsigned writers;    /* open handles that may write (tiering skips) */
-    int pack_noted;      /* waiting in the packer's notes (pack_job.c;
-                            set and cleared by the durable thread) */
-    atomic_int drafted;  /* a close stored it as a draft (content_io.c):
-                            packing tries it again while it is open */
-    atomic_int ptr_dropped; /* a pack pointer was removed (O_TRUNC,
-                               truncate to 0): the next fsync makes that
-                               durable (content_io.c) */
-    void *pbuf;          /* PACKED with handles open: the content */
-    uint64_t pbuf_len;
     int create_fd;       /* read-write fd of a file this mount just created,
                             for its container (make_container); -1 */
+    struct {             /* io: durable marks (content/durable.c) */
+        sqz_ctr *ctr;    /* closed, committed, waiting for its durable
+                            mark; a reopen takes it back */
+        uint64_t gen;    /* bumped whenever ctr is set */
+        int queued;      /* in the durable queue (holds an open ref) */
+    } durable;
+    struct {             /* packing (src/pack, content_pack.c) */
+        int noted;       /* waiting in the packer's notes (set and cleared
+                            by the durable thread) */
+        atomic_int drafted;  /* a close stored it as a draft
+                                (content_io.c): packing tries it again
+                                while it is open */
+        atomic_int ptr_dropped; /* a pack pointer was removed (O_TRUNC,
+                                   truncate to 0): the next fsync makes
+                                   that durable (content_io.c) */
+        void *buf;       /* io: PACKED with handles open: the content */
+        uint64_t buf_len;
+    } pack;
     /* atomic */
-    atomic_uint_fast64_t wgen; /* bumped by every change of the content
-                                  through the mount and every open for
-                                  writing: tiering abandons a copy made
-                                  while it moved (tier_job.c) */
+    atomic_uint_fast64_t change_gen; /* bumped by every change of the
+                                        content through the mount and every
+                                        open for writing: tiering abandons
+                                        a copy made while it moved
+                                        (tier_job.c) */
+
     /* meta */
     pthread_mutex_t meta;
-    int probe_valid;
-    struct sqz_bkey probe_key;
-    enum sqz_kind probe_kind;
-    uint64_t probe_len;  /* logical length (CONTAINER, PACKED) */
-    uint32_t probe_stored; /* PACKED: stored bytes (st_blocks) */
-    int probe_log2bs;    /* CONTAINER, PACKED: log2 of the block size (the
-                            st_blksize shown: the unit of holes), 0 if not known */
+    struct {             /* meta: what the last probe found (node/kind.c) */
+        int valid;
+        struct sqz_bkey key;
+        enum sqz_kind kind;
+        uint64_t len;    /* logical length (CONTAINER, PACKED) */
+        uint32_t stored; /* PACKED: stored bytes (st_blocks) */
+        int log2bs;      /* CONTAINER, PACKED: log2 of the block size (the
+                            st_blksize shown: the unit of holes), 0 if not
+                            known */
+    } probe;
     sqz_ctr *stash;      /* the read-only container the last probe opened,
                             kept for the open that usually follows a
-                            lookup (inode.c); NULL if none */
+                            lookup (inode_stash.c); NULL if none */
     struct sqz_bkey stash_key; /* backing version stash was opened at */
-    atomic_int kc_direct; /* written with direct I/O: no keep_cache
-                             (ops_file.c, content_open.c) */
-    int kc_valid;        /* keep_cache: key recorded at last open/release */
-    struct sqz_bkey kc_key;
+    struct {             /* meta: the kernel's keep_cache at opens */
+        atomic_int direct_written; /* written with direct I/O: no
+                                      keep_cache (ops_file.c,
+                                      content_open.c) */
+        int valid;       /* key recorded at the last open/release */
+        struct sqz_bkey key;
+    } keep_cache;
     int wtime_set;       /* time of the newest uncommitted write */
     struct timespec wtime;
     int utimes_kept;     /* times set by the user after the last write: */
@@ -114,19 +129,27 @@ struct sqz_inode {
                                   are not user data (sync mark, checkpoint) */
     struct sqz_dirpol *dirpol; /* directory: its policy chain for new files
                                   (newfile_policy.c); NULL if none cached */
-    /* ptimes.c, the times shown: atomic tgen, shown_until_ns; meta the
-     * record's cache (shown_*) and the kernel's times (k*) */
-    atomic_uint_fast64_t tgen;  /* bumped before a user's change */
-    _Atomic int64_t shown_until_ns; /* a record this mount wrote counts
-                                       until then (0: none) */
-    int shown_valid, shown_has, ktimes_set;
-    struct timespec shown_key, shown_ctime, shown_until, kmtime, kctime;
-    /* push_mu (push.c): blocks pushed into the kernel's page cache */
-    pthread_mutex_t push_mu;
-    pthread_cond_t push_cv;  /* push_busy dropped to 0 */
-    uint64_t push_gen;       /* bumped when a content change starts/ends */
-    unsigned push_block;     /* writable handles + truncates in progress */
-    unsigned push_busy;      /* pushes in flight */
+    struct {             /* the times shown (node/ptimes.c): gen and
+                            until_ns atomic; meta the kept ctime record's
+                            cache and the kernel's times */
+        atomic_uint_fast64_t gen;  /* bumped before a user's change */
+        _Atomic int64_t until_ns;  /* a record this mount wrote counts
+                                      until then (0: none) */
+        int valid, has;  /* the record cache: read, and there is one */
+        int kernel_set;  /* kmtime/kctime hold the kernel's times */
+        struct timespec key, ctime, until; /* the record: the backing ctime
+                                              it was read at, the ctime it
+                                              keeps, its bound */
+        struct timespec kmtime, kctime; /* the kernel's (writeback cache) */
+    } times;
+    struct {             /* push.mu (push.c): blocks pushed into the
+                            kernel's page cache */
+        pthread_mutex_t mu;
+        pthread_cond_t cv;   /* busy dropped to 0 */
+        uint64_t gen;        /* bumped when a content change starts/ends */
+        unsigned block;      /* writable handles + truncates in progress */
+        unsigned busy;       /* pushes in flight */
+    } push;
 };
 
 
@@ -175,7 +198,7 @@ void sqz_inode_swap_end(struct sqz_fs *fs, struct sqz_swap_pend *p);
 int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
                    dev_t dev, ino_t ino);
 /* Call fn on every inode of the table, with no lock held: the inodes are
- * collected under itable_lock, each kept alive by an open reference, and
+ * collected under itable.lock, each kept alive by an open reference, and
  * fn runs after the lock is released (so fn may take io and everything
  * ranked after it). 0, or -ENOMEM (fn was not called). */
 int sqz_itable_foreach(struct sqz_fs *fs,
@@ -259,7 +282,7 @@ static inline int sqz_inodes_push(struct sqz_inode ***v, size_t *n, size_t *cap,
 /* The content of in changed or may change (a write, an open for writing). */
 static inline void sqz_inode_changed(struct sqz_inode *in)
 {
-    atomic_fetch_add_explicit(&in->wgen, 1, memory_order_acq_rel);
+    atomic_fetch_add_explicit(&in->change_gen, 1, memory_order_acq_rel);
 }
 
 #endif

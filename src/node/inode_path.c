@@ -91,9 +91,9 @@ static int dirfd_once(struct sqz_fs *fs, int fd, const struct stat *ist,
 static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in, int ifd,
                      const struct stat *ist, char *base, size_t bn)
 {
-    SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
     int alt = in->alt_fd >= 0 ? fcntl(in->alt_fd, F_DUPFD_CLOEXEC, 0) : -1;
-    SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     if (alt < 0)
         return -EBUSY;
     struct stat ast;
@@ -102,13 +102,13 @@ static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in, int ifd,
         ast.st_ino == ist->st_ino)
         dfd = dirfd_once(fs, alt, ist, base, bn);
     if (dfd >= 0) {
-        SQZ_MUTEX_LOCK(&fs->itable_lock, SQZ_RANK_ITABLE);
+        SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
         if (in->alt_fd >= 0 && in->ino == ist->st_ino &&
             dup3(alt, ifd, O_CLOEXEC) >= 0) {
             close(in->alt_fd);
             in->alt_fd = -1;
         }
-        SQZ_MUTEX_UNLOCK(&fs->itable_lock);
+        SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     }
     close(alt);
     return dfd;

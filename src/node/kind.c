@@ -23,10 +23,10 @@ void sqz_content_probe_store(struct sqz_inode *in, const struct stat *bst,
                         enum sqz_kind kind, uint64_t len)
 {
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    sqz_bkey_of(bst, &in->probe_key);
-    in->probe_kind = kind;
-    in->probe_len = len;
-    in->probe_valid = 1;
+    sqz_bkey_of(bst, &in->probe.key);
+    in->probe.kind = kind;
+    in->probe.len = len;
+    in->probe.valid = 1;
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
@@ -57,8 +57,8 @@ int sqz_content_probe_empty(struct sqz_fs *fs, struct sqz_inode *in,
         *kind = SQZ_K_PACKED;
         *len = p.length;
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-        in->probe_stored = p.stored_len;
-        in->probe_log2bs = p.params.log2bs;
+        in->probe.stored = p.stored_len;
+        in->probe.log2bs = p.params.log2bs;
         SQZ_MUTEX_UNLOCK(&in->meta);
     } else if (r == -EBADMSG) {
         char label[PATH_MAX];
@@ -138,9 +138,9 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
     struct sqz_bkey k;
     sqz_bkey_of(bst, &k);
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (in->probe_valid && sqz_bkey_eq(&k, &in->probe_key)) {
-        *kind = in->probe_kind;
-        *len = in->probe_len;
+    if (in->probe.valid && sqz_bkey_eq(&k, &in->probe.key)) {
+        *kind = in->probe.kind;
+        *len = in->probe.len;
         SQZ_MUTEX_UNLOCK(&in->meta);
         return 0;
     }
@@ -195,7 +195,7 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
             while ((size_t)1 << lb < bs)
                 lb++;
             SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-            in->probe_log2bs = lb;
+            in->probe.log2bs = lb;
             SQZ_MUTEX_UNLOCK(&in->meta);
             sqz_inode_stash_put(in, c, &ok);
         } else if (rc == -EBADMSG) {
@@ -215,13 +215,13 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
 void sqz_content_invalidate(struct sqz_inode *in)
 {
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    in->probe_valid = 0;
+    in->probe.valid = 0;
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 int sqz_content_handles_open(const struct sqz_inode *in)
 {
-    return in->sf_users > 0 || in->plain_users > 0;
+    return in->file_users > 0 || in->plain_users > 0;
 }
 
 /* Current kind (caller holds io). */
@@ -230,11 +230,11 @@ int sqz_content_handles_open(const struct sqz_inode *in)
  * next open replaces the view (content_sf.c). */
 static int stale_ro_view(const struct sqz_inode *in, const struct stat *bst)
 {
-    if (in->kind != SQZ_K_CONTAINER || !in->sf || in->sf_rw)
+    if (in->kind != SQZ_K_CONTAINER || !in->file || in->file_rw)
         return 0;
     struct sqz_bkey now;
     sqz_bkey_of(bst, &now);
-    return !sqz_bkey_eq(&now, &in->sf_key);
+    return !sqz_bkey_eq(&now, &in->file_key);
 }
 
 int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
@@ -249,14 +249,14 @@ int sqz_content_kind_locked(struct sqz_fs *fs, struct sqz_inode *in,
      * the length only a view knows). */
     int ro_reprobe = fs->opts.ro && (in->kind == SQZ_K_PLAIN ||
                                      in->kind == SQZ_K_PENDING);
-    int no_view = in->kind == SQZ_K_CONTAINER && !in->sf;
+    int no_view = in->kind == SQZ_K_CONTAINER && !in->file;
     if (sqz_content_handles_open(in) && in->kind != SQZ_K_UNKNOWN &&
         !ro_reprobe && !no_view && !stale_ro_view(in, bst)) {
         *kind = in->kind;
-        if (in->kind == SQZ_K_CONTAINER && in->sf)
-            *len = sqz_file_length(in->sf);
+        if (in->kind == SQZ_K_CONTAINER && in->file)
+            *len = sqz_file_length(in->file);
         else if (in->kind == SQZ_K_PACKED)
-            *len = in->pbuf_len;
+            *len = in->pack.buf_len;
         else if (in->kind == SQZ_K_PENDING)
             *len = 0;
         else
@@ -277,11 +277,11 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
         SQZ_RWUNLOCK(&in->io);
         return; /* show the backing figures */
     }
-    int open_sf = kind == SQZ_K_CONTAINER && in->sf;
+    int open_sf = kind == SQZ_K_CONTAINER && in->file;
     size_t bs = 0;
     if (open_sf) {
-        dirty = sqz_file_dirty(in->sf);
-        bs = sqz_ctr_block_size(sqz_file_ctr(in->sf));
+        dirty = sqz_file_dirty(in->file);
+        bs = sqz_ctr_block_size(sqz_file_ctr(in->file));
     } else if (kind == SQZ_K_PENDING && in->pending.log2bs >= 12 &&
                in->pending.log2bs <= 20) {
         bs = (size_t)1 << in->pending.log2bs;
@@ -293,7 +293,7 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
     st->st_size = (off_t)len;
     if (kind == SQZ_K_PACKED) {
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-        st->st_blocks = (blkcnt_t)((in->probe_stored + 511u) / 512u);
+        st->st_blocks = (blkcnt_t)((in->probe.stored + 511u) / 512u);
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
     if (len > 0 && st->st_blocks == 0)
@@ -302,8 +302,8 @@ void sqz_content_fix_stat(struct sqz_fs *fs, struct sqz_inode *in,
      * SEEK_DATA/SEEK_HOLE) and of the writes that cost no read */
     if (!bs && (kind == SQZ_K_CONTAINER || kind == SQZ_K_PACKED)) {
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-        if (in->probe_log2bs >= 12 && in->probe_log2bs <= 20)
-            bs = (size_t)1 << in->probe_log2bs;
+        if (in->probe.log2bs >= 12 && in->probe.log2bs <= 20)
+            bs = (size_t)1 << in->probe.log2bs;
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
     if (bs)

@@ -8,8 +8,8 @@
  * set just past the daemon's own last step. Any later change moves the
  * backing ctime past it, and a change through the mount that comes while
  * a kept ctime could still count removes the record first
- * (sqz_ptimes_user): the inode's tgen is bumped before that change, and
- * the background side checks tgen after writing the record, so one of the
+ * (sqz_ptimes_user): the inode's times.gen is bumped before that change, and
+ * the background side checks times.gen after writing the record, so one of the
  * two always sees the other. Locks: the record's cache is under meta. */
 #include "node/ptimes.h"
 #include "daemon/fs.h"
@@ -108,22 +108,22 @@ void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
     sqz_shown s;
     int has;
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    int cached = in->shown_valid && ts_eq(&in->shown_key, &st->st_ctim);
+    int cached = in->times.valid && ts_eq(&in->times.key, &st->st_ctim);
     if (cached) {
-        has = in->shown_has;
-        s.ctime = in->shown_ctime;
-        s.until = in->shown_until;
+        has = in->times.has;
+        s.ctime = in->times.ctime;
+        s.until = in->times.until;
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
     if (!cached) {
         has = read_record(in, st, &s);
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-        in->shown_valid = 1;
-        in->shown_key = st->st_ctim;
-        in->shown_has = has;
+        in->times.valid = 1;
+        in->times.key = st->st_ctim;
+        in->times.has = has;
         if (has) {
-            in->shown_ctime = s.ctime;
-            in->shown_until = s.until;
+            in->times.ctime = s.ctime;
+            in->times.until = s.until;
         }
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
@@ -141,13 +141,13 @@ struct timespec sqz_ptimes_shown(struct sqz_fs *fs, struct sqz_inode *in,
 
 uint64_t sqz_ptimes_begin(struct sqz_inode *in)
 {
-    return atomic_load(&in->tgen);
+    return atomic_load(&in->times.gen);
 }
 
 static void forget_cache(struct sqz_inode *in)
 {
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    in->shown_valid = 0;
+    in->times.valid = 0;
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
@@ -227,7 +227,7 @@ static int record_write(int fd, struct sqz_inode *in,
     uint8_t b[SQZ_SHOWN_SIZE];
     sqz_shown_encode(&s, b);
     if (in)
-        atomic_store(&in->shown_until_ns, until);
+        atomic_store(&in->times.until_ns, until);
     *until_ns = until;
     return record_set(fd, in, &s, b, sizeof(b));
 }
@@ -254,7 +254,7 @@ void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
         return;
     int64_t until;
     int rc = record_write(fd, in, shown, &until);
-    if (rc == 0 && atomic_load(&in->tgen) != gen)
+    if (rc == 0 && atomic_load(&in->times.gen) != gen)
         record_remove(fd, in); /* a user's change came meanwhile: it shows */
     forget_cache(in);
     keep_failed(fs, in, rc);
@@ -314,7 +314,7 @@ void sqz_ptimes_dir_try_begin(struct sqz_fs *fs, int dfd,
 
 static int user_came(const struct sqz_ptimes_dir *t)
 {
-    return t->in && atomic_load(&t->in->tgen) != t->gen;
+    return t->in && atomic_load(&t->in->times.gen) != t->gen;
 }
 
 void sqz_ptimes_dir_end(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
@@ -351,9 +351,9 @@ out:
 
 void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    atomic_fetch_add(&in->tgen, 1);
-    int64_t until = atomic_load(&in->shown_until_ns);
-    int64_t start = atomic_load(&fs->shown_start_ns);
+    atomic_fetch_add(&in->times.gen, 1);
+    int64_t until = atomic_load(&in->times.until_ns);
+    int64_t start = atomic_load(&fs->times.shown_start_ns);
     if (until < start)
         until = start;
     if (until == 0 || now_ns() > until + SHOWN_MARGIN_NS)
@@ -361,7 +361,7 @@ void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in)
     if (in->type != S_IFREG && in->type != S_IFDIR)
         return;
     record_remove(-1, in);
-    atomic_store(&in->shown_until_ns, 0);
+    atomic_store(&in->times.until_ns, 0);
     forget_cache(in);
 }
 
@@ -377,7 +377,7 @@ void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
 
 void sqz_ptimes_mount(struct sqz_fs *fs)
 {
-    atomic_store(&fs->shown_start_ns, now_ns() + SHOWN_BOUND_NS);
+    atomic_store(&fs->times.shown_start_ns, now_ns() + SHOWN_BOUND_NS);
 }
 
 void sqz_ptimes_kernel_seen(struct sqz_fs *fs, struct sqz_inode *in,
@@ -386,10 +386,10 @@ void sqz_ptimes_kernel_seen(struct sqz_fs *fs, struct sqz_inode *in,
     if (!fs->opts.writeback || !S_ISREG(attr->st_mode))
         return;
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (!in->ktimes_set) {
-        in->kmtime = attr->st_mtim;
-        in->kctime = attr->st_ctim;
-        in->ktimes_set = 1;
+    if (!in->times.kernel_set) {
+        in->times.kmtime = attr->st_mtim;
+        in->times.kctime = attr->st_ctim;
+        in->times.kernel_set = 1;
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
@@ -402,13 +402,13 @@ void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
                     FUSE_SET_ATTR_CTIME)))
         return;
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (in->ktimes_set) {
+    if (in->times.kernel_set) {
         if (to_set & FUSE_SET_ATTR_MTIME)
-            in->kmtime = attr->st_mtim;
+            in->times.kmtime = attr->st_mtim;
         if (to_set & FUSE_SET_ATTR_CTIME)
-            in->kctime = attr->st_ctim;
+            in->times.kctime = attr->st_ctim;
         if (to_set & FUSE_SET_ATTR_MTIME_NOW)
-            in->ktimes_set = 0; /* the kernel's own clock: not known here */
+            in->times.kernel_set = 0; /* the kernel's own clock: not known here */
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
@@ -423,7 +423,7 @@ void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
  * back could look unchanged there. */
 static int kernel_times(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    return fs->opts.writeback && in->ktimes_set && fs->pack_in_place;
+    return fs->opts.writeback && in->times.kernel_set && fs->pack_in_place;
 }
 
 void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
@@ -441,10 +441,10 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
         tv[0] = in->utimes[0];
         tv[1] = in->utimes[1];
     } else if (kernel_times(fs, in)) {
-        tv[1] = in->kmtime;
+        tv[1] = in->times.kmtime;
     }
     int keep = kernel_times(fs, in);
-    struct timespec kc = in->kctime;
+    struct timespec kc = in->times.kctime;
     int moved = (tv[0].tv_nsec != UTIME_OMIT && !ts_eq(&tv[0], &bst.st_atim)) ||
                 (tv[1].tv_nsec != UTIME_OMIT && !ts_eq(&tv[1], &bst.st_mtim));
     int rc = 0;
@@ -470,9 +470,9 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
     if (ts_eq(&bst.st_ctim, &kc))
         return;
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    int have = in->shown_valid && in->shown_has &&
-               ts_eq(&in->shown_key, &bst.st_ctim) &&
-               ts_eq(&in->shown_ctime, &kc);
+    int have = in->times.valid && in->times.has &&
+               ts_eq(&in->times.key, &bst.st_ctim) &&
+               ts_eq(&in->times.ctime, &kc);
     SQZ_MUTEX_UNLOCK(&in->meta);
     if (!have)
         sqz_ptimes_keep(fs, in, -1, &kc, sqz_ptimes_begin(in));
@@ -498,15 +498,15 @@ static int atime_mode(struct sqz_fs *fs)
     struct timespec m;
     clock_gettime(CLOCK_MONOTONIC, &m);
     int64_t t = (int64_t)m.tv_sec * 1000000000LL + m.tv_nsec;
-    int64_t seen = atomic_load(&fs->atime_seen_ns);
+    int64_t seen = atomic_load(&fs->times.atime_seen_ns);
     if (seen == 0 || t - seen > 1000000000LL) {
         unsigned long f = fs->mnt_real ? sqz_mount_flags_of(fs->mnt_real) : 0;
         int mode = !f ? 0 : (f & MS_NOATIME) ? ATIME_NOATIME
                  : (f & MS_STRICTATIME) ? ATIME_STRICT : ATIME_RELATIME;
-        atomic_store(&fs->atime_mode, mode ? mode : ATIME_RELATIME);
-        atomic_store(&fs->atime_seen_ns, t);
+        atomic_store(&fs->times.atime_mode, mode ? mode : ATIME_RELATIME);
+        atomic_store(&fs->times.atime_seen_ns, t);
     }
-    return atomic_load(&fs->atime_mode);
+    return atomic_load(&fs->times.atime_mode);
 }
 
 static int ts_lt(const struct timespec *a, const struct timespec *b)
@@ -525,13 +525,13 @@ static void rekey_locked(struct sqz_inode *in, const struct stat *old,
     struct sqz_bkey o, c;
     sqz_bkey_of(old, &o);
     sqz_bkey_of(cur, &c);
-    if (in->sf && !in->sf_rw && sqz_bkey_eq(&in->sf_key, &o))
-        in->sf_key = c;
+    if (in->file && !in->file_rw && sqz_bkey_eq(&in->file_key, &o))
+        in->file_key = c;
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (in->probe_valid && sqz_bkey_eq(&in->probe_key, &o))
-        in->probe_key = c;
-    if (in->kc_valid && sqz_bkey_eq(&in->kc_key, &o))
-        in->kc_key = c;
+    if (in->probe.valid && sqz_bkey_eq(&in->probe.key, &o))
+        in->probe.key = c;
+    if (in->keep_cache.valid && sqz_bkey_eq(&in->keep_cache.key, &o))
+        in->keep_cache.key = c;
     if (in->stash && sqz_bkey_eq(&in->stash_key, &o))
         in->stash_key = c;
     SQZ_MUTEX_UNLOCK(&in->meta);
@@ -552,9 +552,9 @@ int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
     struct stat st = bst;
     sqz_ptimes_apply(fs, in, &st);
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (fs->opts.writeback && in->ktimes_set) {
-        st.st_mtim = in->kmtime;
-        st.st_ctim = in->kctime;
+    if (fs->opts.writeback && in->times.kernel_set) {
+        st.st_mtim = in->times.kmtime;
+        st.st_ctim = in->times.kctime;
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
     struct timespec now;

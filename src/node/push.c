@@ -8,17 +8,17 @@
  * against everything that changes a file's content (docs/LOCKING.md,
  * "Pages pushed into the kernel"):
  *
- *  - push_block counts the content changers of the inode: every open
+ *  - push.block counts the content changers of the inode: every open
  *    writable handle (from its open to its release) and every truncate in
  *    progress. No block is pushed while it is non-zero, so data written
  *    through the kernel (whose pages the kernel updates before the daemon
  *    sees the WRITE) is never overwritten by an older block.
- *  - A changer bumps push_gen and waits until no push is in flight
- *    (push_busy == 0) before it starts, and bumps push_gen again when it
- *    ends. A reader samples push_gen under io (shared), with the bytes it
- *    reads, and pushes only if push_gen is still that value and no changer
- *    is in at the moment its push starts (checked under push_mu, where the
- *    push also counts itself in push_busy). So a push either finishes
+ *  - A changer bumps push.gen and waits until no push is in flight
+ *    (push.busy == 0) before it starts, and bumps push.gen again when it
+ *    ends. A reader samples push.gen under io (shared), with the bytes it
+ *    reads, and pushes only if push.gen is still that value and no changer
+ *    is in at the moment its push starts (checked under push.mu, where the
+ *    push also counts itself in push.busy). So a push either finishes
  *    before a change begins, or carries data read after the change ended.
  *  - A read-only view replaced because another mount wrote the file is a
  *    change that happened at once: after the replacement (and after
@@ -56,12 +56,12 @@
 
 int sqz_push_init(struct sqz_inode *in)
 {
-    int rc = sqz_mutex_init(&in->push_mu);
+    int rc = sqz_mutex_init(&in->push.mu);
     if (rc)
         return -rc;
-    rc = pthread_cond_init(&in->push_cv, NULL);
+    rc = pthread_cond_init(&in->push.cv, NULL);
     if (rc) {
-        pthread_mutex_destroy(&in->push_mu);
+        pthread_mutex_destroy(&in->push.mu);
         return -rc;
     }
     return 0;
@@ -69,27 +69,27 @@ int sqz_push_init(struct sqz_inode *in)
 
 void sqz_push_destroy(struct sqz_inode *in)
 {
-    pthread_cond_destroy(&in->push_cv);
-    pthread_mutex_destroy(&in->push_mu);
+    pthread_cond_destroy(&in->push.cv);
+    pthread_mutex_destroy(&in->push.mu);
 }
 
 void sqz_push_block(struct sqz_inode *in)
 {
-    SQZ_MUTEX_LOCK(&in->push_mu, SQZ_RANK_PUSH);
-    in->push_block++;
-    in->push_gen++;
-    while (in->push_busy > 0)
-        pthread_cond_wait(&in->push_cv, &in->push_mu);
-    SQZ_MUTEX_UNLOCK(&in->push_mu);
+    SQZ_MUTEX_LOCK(&in->push.mu, SQZ_RANK_PUSH);
+    in->push.block++;
+    in->push.gen++;
+    while (in->push.busy > 0)
+        pthread_cond_wait(&in->push.cv, &in->push.mu);
+    SQZ_MUTEX_UNLOCK(&in->push.mu);
 }
 
 void sqz_push_unblock(struct sqz_inode *in)
 {
-    SQZ_MUTEX_LOCK(&in->push_mu, SQZ_RANK_PUSH);
-    in->push_gen++;
-    if (in->push_block > 0)
-        in->push_block--;
-    SQZ_MUTEX_UNLOCK(&in->push_mu);
+    SQZ_MUTEX_LOCK(&in->push.mu, SQZ_RANK_PUSH);
+    in->push.gen++;
+    if (in->push.block > 0)
+        in->push.block--;
+    SQZ_MUTEX_UNLOCK(&in->push.mu);
 }
 
 void sqz_push_fence(struct sqz_inode *in)
@@ -103,10 +103,10 @@ int sqz_push_sample(struct sqz_fs *fs, struct sqz_inode *in, uint64_t *gen)
     SQZ_ASSERT_HELD(&in->io);
     if (!fs->se)
         return 0;
-    SQZ_MUTEX_LOCK(&in->push_mu, SQZ_RANK_PUSH);
-    int ok = in->push_block == 0;
-    *gen = in->push_gen;
-    SQZ_MUTEX_UNLOCK(&in->push_mu);
+    SQZ_MUTEX_LOCK(&in->push.mu, SQZ_RANK_PUSH);
+    int ok = in->push.block == 0;
+    *gen = in->push.gen;
+    SQZ_MUTEX_UNLOCK(&in->push.mu);
     return ok;
 }
 
@@ -114,17 +114,17 @@ int sqz_push_sample(struct sqz_fs *fs, struct sqz_inode *in, uint64_t *gen)
  * there since the sample, or too many pushes run. */
 static int push_enter(struct sqz_fs *fs, struct sqz_inode *in, uint64_t gen)
 {
-    if (atomic_fetch_add(&fs->push_inflight, 1) >= SQZ_PUSH_MAX_INFLIGHT) {
-        atomic_fetch_sub(&fs->push_inflight, 1);
+    if (atomic_fetch_add(&fs->push.inflight, 1) >= SQZ_PUSH_MAX_INFLIGHT) {
+        atomic_fetch_sub(&fs->push.inflight, 1);
         return -EAGAIN;
     }
-    SQZ_MUTEX_LOCK(&in->push_mu, SQZ_RANK_PUSH);
-    int ok = in->push_block == 0 && in->push_gen == gen;
+    SQZ_MUTEX_LOCK(&in->push.mu, SQZ_RANK_PUSH);
+    int ok = in->push.block == 0 && in->push.gen == gen;
     if (ok)
-        in->push_busy++;
-    SQZ_MUTEX_UNLOCK(&in->push_mu);
+        in->push.busy++;
+    SQZ_MUTEX_UNLOCK(&in->push.mu);
     if (!ok) {
-        atomic_fetch_sub(&fs->push_inflight, 1);
+        atomic_fetch_sub(&fs->push.inflight, 1);
         return -EAGAIN;
     }
     return 0;
@@ -132,11 +132,11 @@ static int push_enter(struct sqz_fs *fs, struct sqz_inode *in, uint64_t gen)
 
 static void push_leave(struct sqz_fs *fs, struct sqz_inode *in)
 {
-    SQZ_MUTEX_LOCK(&in->push_mu, SQZ_RANK_PUSH);
-    if (--in->push_busy == 0)
-        pthread_cond_broadcast(&in->push_cv);
-    SQZ_MUTEX_UNLOCK(&in->push_mu);
-    atomic_fetch_sub(&fs->push_inflight, 1);
+    SQZ_MUTEX_LOCK(&in->push.mu, SQZ_RANK_PUSH);
+    if (--in->push.busy == 0)
+        pthread_cond_broadcast(&in->push.cv);
+    SQZ_MUTEX_UNLOCK(&in->push.mu);
+    atomic_fetch_sub(&fs->push.inflight, 1);
 }
 
 int sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
@@ -145,7 +145,7 @@ int sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
     if (sp->n == 0)
         return 0;
     if (push_enter(fs, in, gen) != 0) {
-        atomic_fetch_add(&fs->push_skipped, sp->n);
+        atomic_fetch_add(&fs->push.skipped, sp->n);
         return -EAGAIN;
     }
     int first = 0;
@@ -155,11 +155,11 @@ int sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
         int rc = fuse_lowlevel_notify_store(fs->se, ino, (off_t)sp->v[i].off,
                                             &bv, 0);
         if (rc == 0) {
-            atomic_fetch_add(&fs->push_blocks, 1);
-            atomic_fetch_add(&fs->push_bytes, sp->v[i].len);
+            atomic_fetch_add(&fs->push.blocks, 1);
+            atomic_fetch_add(&fs->push.bytes, sp->v[i].len);
         } else {
             /* -ENOENT: the kernel forgot the inode; nothing to fill */
-            atomic_fetch_add(&fs->push_skipped, 1);
+            atomic_fetch_add(&fs->push.skipped, 1);
             if (!first)
                 first = rc < 0 ? rc : -EIO;
         }
@@ -181,12 +181,12 @@ int sqz_push_packed(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in)
     size_t len = 0;
     uint64_t gen = 0;
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    if (in->kind == SQZ_K_PACKED && in->pbuf && in->pbuf_len > 0 &&
+    if (in->kind == SQZ_K_PACKED && in->pack.buf && in->pack.buf_len > 0 &&
         sqz_push_sample(fs, in, &gen)) { /* no writable handle, no truncate */
-        copy = malloc(in->pbuf_len);
+        copy = malloc(in->pack.buf_len);
         if (copy) {
-            len = in->pbuf_len;
-            memcpy(copy, in->pbuf, len);
+            len = in->pack.buf_len;
+            memcpy(copy, in->pack.buf, len);
         }
     }
     SQZ_RWUNLOCK(&in->io);

@@ -119,11 +119,11 @@ static int candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
 {
     SQZ_ASSERT_EXCL(&in->io);
     *out = NULL;
-    if (atomic_load(&in->drafted) && sqz_pack_worth(fs, c) &&
+    if (atomic_load(&in->pack.drafted) && sqz_pack_worth(fs, c) &&
         in->type == S_IFREG && sqz_content_handles_open(in))
         return 1;
     if (!sqz_pack_worth(fs, c) || in->type != S_IFREG ||
-        sqz_content_handles_open(in) || in->sf || in->dctr)
+        sqz_content_handles_open(in) || in->file || in->durable.ctr)
         return 0;
     uint64_t len = sqz_ctr_length(c);
     struct stat st;
@@ -152,7 +152,7 @@ static int candidate_locked(struct sqz_fs *fs, struct sqz_inode *in,
     x->len = len;
     x->params = *sqz_ctr_params(c);
     sqz_bkey_of(&st, &x->key);
-    x->wgen = atomic_load(&in->wgen);
+    x->wgen = atomic_load(&in->change_gen);
     *out = x;
     return 0;
 }
@@ -161,12 +161,12 @@ void sqz_pack_note_locked(struct sqz_fs *fs, struct sqz_inode *in, sqz_ctr *c)
 {
     SQZ_ASSERT_EXCL(&in->io);
     struct sqz_packer *pk = fs->packer;
-    if (!pk || in->pack_noted || !sqz_pack_worth(fs, c))
+    if (!pk || in->pack.noted || !sqz_pack_worth(fs, c))
         return;
     if (sqz_inodes_push(&pk->pend, &pk->npend, &pk->pcap, 256, in) < 0)
         return; /* not packed now: the next close tries again */
     sqz_inode_open_ref(fs, in);
-    in->pack_noted = 1;
+    in->pack.noted = 1;
     atomic_store(&pk->npend_seen, pk->npend);
 }
 
@@ -199,7 +199,7 @@ size_t sqz_pack_pending(struct sqz_fs *fs)
         struct sqz_inode *in = v[i];
         int later = 0;
         SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
-        in->pack_noted = 0;
+        in->pack.noted = 0;
         int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
         sqz_ctr *ctr = NULL;
         /* (a file changed meanwhile, packed, emptied or damaged, is no
@@ -213,7 +213,7 @@ size_t sqz_pack_pending(struct sqz_fs *fs)
                     c[m++]->vi = i;
                 later = r == 1 && retry_later(pk, in) == 0;
                 if (later)
-                    in->pack_noted = 1;
+                    in->pack.noted = 1;
                 sqz_ctr_close(ctr);
             }
         } else if (fd >= 0) {
@@ -226,7 +226,7 @@ size_t sqz_pack_pending(struct sqz_fs *fs)
     sqz_pack_run(fs, c, m);
     for (size_t i = 0; i < m; i++) {
         if (c[i]->deferred && retry_later(pk, c[i]->in) == 0) {
-            c[i]->in->pack_noted = 1; /* its note keeps the reference */
+            c[i]->in->pack.noted = 1; /* its note keeps the reference */
             v[c[i]->vi] = NULL;
         }
         sqz_pack_cand_free(c[i]);
@@ -372,8 +372,8 @@ static int still_candidate_locked(struct sqz_pack_cand *x, struct stat *bst)
         return rc;
     struct sqz_bkey now;
     sqz_bkey_of(bst, &now);
-    if (sqz_content_handles_open(in) || in->sf || in->dctr ||
-        atomic_load(&in->wgen) != x->wgen || !sqz_bkey_eq(&now, &x->key) ||
+    if (sqz_content_handles_open(in) || in->file || in->durable.ctr ||
+        atomic_load(&in->change_gen) != x->wgen || !sqz_bkey_eq(&now, &x->key) ||
         bst->st_nlink != 1)
         return -EBUSY;
     return 0;
@@ -425,7 +425,7 @@ static int install_exchange_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
     if (rc == 0)
         rc = sqz_replace_locked(fs, in, &t, NULL, SQZ_REPLACE_NEED_EXCHANGE);
     if (rc == 0) {
-        atomic_store(&in->drafted, 0);
+        atomic_store(&in->pack.drafted, 0);
         sqz_ptimes_keep(fs, in, tfd, &shown, tgen);
     }
     struct stat was;
@@ -493,7 +493,7 @@ static int install_locked(struct sqz_fs *fs, struct sqz_pack_cand *x)
         fremovexattr(fd, SQZ_PACK_XATTR); /* (counted for nothing) */
     }
     if (rc == 0) {
-        atomic_store(&in->drafted, 0);
+        atomic_store(&in->pack.drafted, 0);
         struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, bst.st_mtim};
         if (futimens(fd, tv) != 0) {
             char label[PATH_MAX];

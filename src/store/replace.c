@@ -308,10 +308,10 @@ int sqz_replace_locked(struct sqz_fs *fs, struct sqz_inode *in,
         return rc;
     }
     sqz_inode_changed(in);
-    if (in->sf) {
-        sqz_file *old = in->sf;
-        in->sf = nsf;
-        in->sf_rw = 1;
+    if (in->file) {
+        sqz_file *old = in->file;
+        in->file = nsf;
+        in->file_rw = 1;
         int rc2 = sqz_file_close(old);
         if (rc2)
             sqz_logf(SQZ_LOG_WARN, "%s: replacing: closing the old file: %s", label,
