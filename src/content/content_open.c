@@ -77,6 +77,134 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     return rc;
 }
 
+/* io exclusive, a writable open: what O_TRUNC changes, and an empty plain
+ * file made a container to be, before the handle is attached. *kind,
+ * *len and *bst follow; *changed is set when the content changed. 0 or
+ * -errno; *close_unused is set when the sqz_file opened for a truncate
+ * that failed must be closed again if no handle uses it. */
+static int prepare_writable(struct sqz_fs *fs, struct sqz_inode *in,
+                            int flags, struct stat *bst, enum sqz_kind *kind,
+                            uint64_t *len, int *changed, int *close_unused)
+{
+    int rc = 0;
+    /* A packed file is unpacked by its first write (content_io.c): a
+     * writable open alone (PostgreSQL opens every file O_RDWR) costs
+     * nothing. O_TRUNC empties it now: the pointer goes, unless others
+     * hold it open (then it is unpacked and truncated like a container). */
+    if (*kind == SQZ_K_PACKED && (flags & O_TRUNC)) {
+        if (!sqz_content_handles_open(in)) {
+            int fd = sqz_inode_reopen(in, O_WRONLY);
+            rc = fd < 0 ? fd : sqz_content_empty_pointer(in, fd);
+            if (fd >= 0)
+                close(fd);
+            if (rc == 0)
+                sqz_content_note_unpacked(fs, in);
+        } else {
+            rc = sqz_content_unpack_locked(fs, in);
+        }
+        if (rc == 0)
+            rc = sqz_backing_stat(in, bst);
+        if (rc == 0)
+            rc = sqz_content_kind_locked(fs, in, bst, kind, len);
+        if (rc)
+            return rc;
+        *changed = 1;
+    }
+
+    if (flags & O_TRUNC) {
+        if (*kind == SQZ_K_CONTAINER) {
+            if (*len > 0) {
+                rc = sqz_content_ensure_sf(fs, in, 1);
+                if (rc == 0)
+                    rc = sqz_file_truncate(in->file, 0);
+                if (rc) {
+                    *close_unused = 1;
+                    return rc;
+                }
+                *changed = 1;
+            }
+        } else if ((*kind == SQZ_K_PLAIN || *kind == SQZ_K_DAMAGED) &&
+                   in->plain_users == 0 && in->file_users == 0) {
+            if (bst->st_size > 0) {
+                int fd = sqz_inode_reopen(in, O_WRONLY | O_TRUNC);
+                if (fd < 0)
+                    return fd;
+                /* a pointer left on a damaged unpacking must not bring
+                 * the packed content back */
+                rc = sqz_content_empty_pointer(in, fd);
+                close(fd);
+                if (rc)
+                    return rc;
+                *changed = 1;
+            }
+            *kind = SQZ_K_PLAIN;
+            bst->st_size = 0;
+        }
+    }
+    if (*kind == SQZ_K_PLAIN && bst->st_size == 0 && in->plain_users == 0 &&
+        in->file_users == 0) {
+        rc = sqz_content_convert_empty(fs, in);
+        if (rc)
+            return rc;
+        *kind = in->kind;
+        *changed = 1;
+    }
+    return 0;
+}
+
+/* io exclusive: attach h to in's content of kind (the plain fd, the shared
+ * sqz_file, the packed content). *changed, *view_changed: a read-only
+ * view was replaced. 0 or -errno (nothing attached). */
+static int attach(struct sqz_fs *fs, struct sqz_inode *in,
+                  struct sqz_handle *h, int flags, int writable,
+                  enum sqz_kind kind, const struct stat *bst, int *changed,
+                  int *view_changed)
+{
+    int rc = 0;
+    switch (kind) {
+    case SQZ_K_DAMAGED: {
+        char label[PATH_MAX];
+        sqz_inode_label(fs, in, label, sizeof(label));
+        sqz_logf(SQZ_LOG_ERR, "%s: damaged container header, refusing to open", label);
+        return -EIO;
+    }
+    case SQZ_K_PLAIN: {
+        int pf = flags & (O_ACCMODE | O_APPEND | O_SYNC | O_DSYNC | O_NOATIME);
+        if ((flags & O_TRUNC) && writable)
+            pf |= O_TRUNC;
+        int fd = sqz_inode_reopen(in, pf);
+        if (fd < 0)
+            return fd;
+        h->plain_fd = fd;
+        h->plain_was_empty = bst->st_size == 0;
+        h->direct = fs->opts.ro && h->plain_was_empty;
+        in->plain_users++;
+        return 0;
+    }
+    case SQZ_K_CONTAINER:
+        rc = sqz_content_refresh_view_locked(fs, in, bst, view_changed);
+        *changed |= *view_changed;
+        if (rc == 0)
+            rc = sqz_content_ensure_sf(fs, in, writable);
+        if (rc)
+            return rc;
+        in->file_users++;
+        return 0;
+    case SQZ_K_PENDING:
+        h->direct = fs->opts.ro; /* a creation in flight (kind.c) */
+        in->file_users++;
+        return 0;
+    case SQZ_K_PACKED:
+        rc = sqz_content_packed_load_locked(fs, in);
+        if (rc)
+            return rc;
+        in->file_users++;
+        return 0;
+    default:
+        return -EIO;
+    }
+}
+
 static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
                      struct sqz_handle *h, int *keep_cache)
 {
@@ -94,7 +222,7 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
      * pushes in flight may wait for READs that need io. */
     if (writable)
         sqz_push_block(in);
-    int view_changed = 0;
+    int view_changed = 0, changed = 0, close_unused = 0;
 
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct stat bst;
@@ -106,119 +234,14 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
     enum sqz_kind kind;
     uint64_t len;
     rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
+    if (rc == 0 && writable)
+        rc = prepare_writable(fs, in, flags, &bst, &kind, &len, &changed,
+                              &close_unused);
+    if (rc == 0)
+        rc = attach(fs, in, h, flags, writable, kind, &bst, &changed,
+                    &view_changed);
     if (rc)
         goto out;
-    int changed = 0;
-
-    /* A packed file is unpacked by its first write (content_io.c): a
-     * writable open alone (PostgreSQL opens every file O_RDWR) costs
-     * nothing. O_TRUNC empties it now: the pointer goes, unless others
-     * hold it open (then it is unpacked and truncated like a container). */
-    if (kind == SQZ_K_PACKED && writable && (flags & O_TRUNC)) {
-        if ((flags & O_TRUNC) && !sqz_content_handles_open(in)) {
-            int fd = sqz_inode_reopen(in, O_WRONLY);
-            rc = fd < 0 ? fd : sqz_content_empty_pointer(in, fd);
-            if (fd >= 0)
-                close(fd);
-            if (rc == 0)
-                sqz_content_note_unpacked(fs, in);
-        } else {
-            rc = sqz_content_unpack_locked(fs, in);
-        }
-        if (rc == 0)
-            rc = sqz_backing_stat(in, &bst);
-        if (rc == 0)
-            rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
-        if (rc)
-            goto out;
-        changed = 1;
-    }
-
-    if ((flags & O_TRUNC) && writable) {
-        if (kind == SQZ_K_CONTAINER) {
-            if (len > 0) {
-                rc = sqz_content_ensure_sf(fs, in, 1);
-                if (rc == 0)
-                    rc = sqz_file_truncate(in->file, 0);
-                if (rc)
-                    goto out_close_unused;
-                changed = 1;
-            }
-        } else if ((kind == SQZ_K_PLAIN || kind == SQZ_K_DAMAGED) &&
-                   in->plain_users == 0 && in->file_users == 0) {
-            if (bst.st_size > 0) {
-                int fd = sqz_inode_reopen(in, O_WRONLY | O_TRUNC);
-                if (fd < 0) {
-                    rc = fd;
-                    goto out;
-                }
-                /* a pointer left on a damaged unpacking must not bring
-                 * the packed content back */
-                rc = sqz_content_empty_pointer(in, fd);
-                close(fd);
-                if (rc)
-                    goto out;
-                changed = 1;
-            }
-            kind = SQZ_K_PLAIN;
-            bst.st_size = 0;
-        }
-    }
-    if (kind == SQZ_K_PLAIN && writable && bst.st_size == 0 &&
-        in->plain_users == 0 && in->file_users == 0) {
-        rc = sqz_content_convert_empty(fs, in);
-        if (rc)
-            goto out;
-        kind = in->kind;
-        changed = 1;
-    }
-
-    switch (kind) {
-    case SQZ_K_DAMAGED: {
-        char label[PATH_MAX];
-        sqz_inode_label(fs, in, label, sizeof(label));
-        sqz_logf(SQZ_LOG_ERR, "%s: damaged container header, refusing to open", label);
-        rc = -EIO;
-        goto out;
-    }
-    case SQZ_K_PLAIN: {
-        int pf = flags & (O_ACCMODE | O_APPEND | O_SYNC | O_DSYNC | O_NOATIME);
-        if ((flags & O_TRUNC) && writable)
-            pf |= O_TRUNC;
-        int fd = sqz_inode_reopen(in, pf);
-        if (fd < 0) {
-            rc = fd;
-            goto out;
-        }
-        h->plain_fd = fd;
-        h->plain_was_empty = bst.st_size == 0;
-        h->direct = fs->opts.ro && h->plain_was_empty;
-        in->plain_users++;
-        break;
-    }
-    case SQZ_K_CONTAINER:
-        rc = sqz_content_refresh_view_locked(fs, in, &bst, &view_changed);
-        changed |= view_changed;
-        if (rc == 0)
-            rc = sqz_content_ensure_sf(fs, in, writable);
-        if (rc)
-            goto out;
-        in->file_users++;
-        break;
-    case SQZ_K_PENDING:
-        h->direct = fs->opts.ro; /* a creation in flight (kind.c) */
-        in->file_users++;
-        break;
-    case SQZ_K_PACKED:
-        rc = sqz_content_packed_load_locked(fs, in);
-        if (rc)
-            goto out;
-        in->file_users++;
-        break;
-    default:
-        rc = -EIO;
-        goto out;
-    }
     in->kind = kind;
     h->append = (flags & O_APPEND) != 0;
     h->writable = writable;
@@ -251,12 +274,11 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         sqz_push_fence(in);
     return 0;
 
-out_close_unused:
-    if (!sqz_content_handles_open(in) && in->file) {
+out:
+    if (close_unused && !sqz_content_handles_open(in) && in->file) {
         sqz_file_close(in->file);
         in->file = NULL;
     }
-out:
     SQZ_RWUNLOCK(&in->io);
     if (writable)
         sqz_push_unblock(in);

@@ -129,142 +129,155 @@ int sqz_recompress_install_locked(struct sqz_fs *fs, struct sqz_inode *in,
     return rc;
 }
 
+/* io exclusive: the content to rewrite, as src (the open sqz_file
+ * flushed, a read-only container, or a plain file's fd) and its length;
+ * a packed file is unpacked first, a PENDING one made a container. 0 or
+ * -errno: -EMLINK (hard links), -EBUSY (open as a plain file), -EIO
+ * (damaged). */
+static int open_source(struct sqz_fs *fs, struct sqz_inode *in,
+                       const char *label, struct stat *bst,
+                       struct source *src, uint64_t *len)
+{
+    int rc = sqz_backing_stat(in, bst);
+    if (rc)
+        return rc;
+    if (bst->st_nlink > 1)
+        return -EMLINK;
+    if (in->plain_users > 0)
+        return -EBUSY;
+    enum sqz_kind kind;
+    rc = sqz_content_kind_locked(fs, in, bst, &kind, len);
+    if (rc)
+        return rc;
+    if (kind == SQZ_K_DAMAGED)
+        return -EIO;
+    if (kind == SQZ_K_PACKED) { /* the source is a container again */
+        rc = sqz_content_unpack_locked(fs, in);
+        if (rc == 0)
+            rc = sqz_backing_stat(in, bst);
+        if (rc == 0)
+            rc = sqz_content_kind_locked(fs, in, bst, &kind, len);
+        if (rc == 0 && kind != SQZ_K_CONTAINER)
+            rc = -EIO;
+        if (rc)
+            return rc;
+    }
+    if (kind == SQZ_K_PENDING) {
+        rc = sqz_content_materialize_locked(fs, in, NULL, 0);
+        if (rc)
+            return rc;
+        kind = SQZ_K_CONTAINER;
+        *len = 0;
+    }
+    if (kind == SQZ_K_CONTAINER && in->file) {
+        rc = sqz_file_flush(in->file);
+        if (rc)
+            return rc;
+        src->sf = in->file;
+        *len = sqz_file_length(in->file);
+        return 0;
+    }
+    int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
+    if (fd < 0)
+        return fd;
+    if (kind == SQZ_K_CONTAINER) {
+        rc = sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &src->ctr);
+        if (rc)
+            return rc;
+        *len = sqz_ctr_length(src->ctr);
+    } else {
+        src->plain_fd = fd;
+        *len = (uint64_t)bst->st_size;
+    }
+    return 0;
+}
+
+/* The new container's params from spec: without a block size the file's
+ * (a plain file: its policy's); auto: chosen by trial on the source. */
+static int target_params(struct sqz_fs *fs, struct sqz_inode *in,
+                         const sqz_spec *spec, struct source *src,
+                         uint64_t len, sqz_params *p)
+{
+    sqz_params_from_spec(fs, spec, p);
+    if (spec->log2bs == 0) {
+        const sqz_ctr *cur = src->sf ? sqz_file_ctr(src->sf) : src->ctr;
+        if (cur) {
+            p->log2bs = sqz_ctr_params(cur)->log2bs;
+        } else {
+            char rel[PATH_MAX];
+            sqz_resolved r;
+            int rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
+            if (rc == 0)
+                rc = sqz_resolve(fs, rel, &r);
+            if (rc)
+                return rc;
+            p->log2bs = r.spec.log2bs;
+        }
+    }
+    char err[256] = "";
+    if (spec->auto_mode == SQZ_AUTO_NONE &&
+        sqz_params_check(p, err, sizeof(err)) != 0)
+        return -EINVAL;
+    if (spec->auto_mode != SQZ_AUTO_NONE)
+        return choose_auto(src, p, len);
+    return 0;
+}
+
+/* The temporary (t) made, written from src under p, synced, given the
+ * original's metadata: *nsf its open engine file. */
+static int write_temp(struct sqz_fs *fs, struct sqz_inode *in,
+                      const char *label, const struct stat *bst,
+                      const sqz_params *p, struct source *src, uint64_t len,
+                      struct sqz_replace_temp *t, sqz_file **nsf)
+{
+    int tfd = sqz_replace_temp_create(fs, in, bst, t);
+    if (tfd < 0)
+        return tfd;
+    sqz_ctr *nc = NULL;
+    int rc = sqz_ctr_create_fd(tfd, p, label, &nc);
+    if (rc)
+        return rc;
+    rc = sqz_file_new(fs->engine, nc, nsf);
+    if (rc) {
+        *nsf = NULL;
+        return rc;
+    }
+    rc = copy_data(src, *nsf, len, (size_t)1 << 20);
+    if (rc == 0)
+        rc = sqz_file_fsync(*nsf, 0);
+    if (rc == 0)
+        rc = sqz_replace_temp_meta(in, bst, sqz_ctr_fd(sqz_file_ctr(*nsf)));
+    return rc;
+}
+
 int sqz_recompress(struct sqz_fs *fs, struct sqz_inode *in,
                    const sqz_spec *spec)
 {
     if (in->type != S_IFREG)
         return -EINVAL;
-    sqz_params p;
-    sqz_params_from_spec(fs, spec, &p);
-    char err[256] = "";
-
     char label[PATH_MAX];
     sqz_inode_label(fs, in, label, sizeof(label));
-    int rc;
     struct source src = {.sf = NULL, .ctr = NULL, .plain_fd = -1};
     sqz_file *nsf = NULL;
     struct sqz_replace_temp t = {.dirfd = -1};
+    struct stat bst;
+    uint64_t len = 0;
+    sqz_params p;
 
     SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
-    struct stat bst;
-    rc = sqz_backing_stat(in, &bst);
-    if (rc)
-        goto out;
-    if (bst.st_nlink > 1) {
-        rc = -EMLINK;
-        goto out;
-    }
-    if (in->plain_users > 0) {
-        rc = -EBUSY;
-        goto out;
-    }
-    enum sqz_kind kind;
-    uint64_t len;
-    rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
-    if (rc)
-        goto out;
-    if (kind == SQZ_K_DAMAGED) {
-        rc = -EIO;
-        goto out;
-    }
-    if (kind == SQZ_K_PACKED) { /* the source is a container again */
-        rc = sqz_content_unpack_locked(fs, in);
-        if (rc == 0)
-            rc = sqz_backing_stat(in, &bst);
-        if (rc == 0)
-            rc = sqz_content_kind_locked(fs, in, &bst, &kind, &len);
-        if (rc == 0 && kind != SQZ_K_CONTAINER)
-            rc = -EIO;
-        if (rc)
-            goto out;
-    }
-    if (kind == SQZ_K_PENDING) {
-        rc = sqz_content_materialize_locked(fs, in, NULL, 0);
-        if (rc)
-            goto out;
-        kind = SQZ_K_CONTAINER;
-        len = 0;
-    }
-    /* The source. */
-    if (kind == SQZ_K_CONTAINER && in->file) {
-        rc = sqz_file_flush(in->file);
-        if (rc)
-            goto out;
-        src.sf = in->file;
-        len = sqz_file_length(in->file);
-    } else {
-        int fd = sqz_inode_reopen(in, O_RDONLY | O_NOATIME);
-        if (fd < 0) {
-            rc = fd;
-            goto out;
-        }
-        if (kind == SQZ_K_CONTAINER) {
-            rc = sqz_ctr_open_fd(fd, SQZ_OPEN_RDONLY, label, &src.ctr);
-            if (rc)
-                goto out;
-            len = sqz_ctr_length(src.ctr);
-        } else {
-            src.plain_fd = fd;
-            len = (uint64_t)bst.st_size;
-        }
-    }
-    if (spec->log2bs == 0) {
-        /* No block size given: keep the file's (plain: the policy's). */
-        const sqz_ctr *cur = src.sf ? sqz_file_ctr(src.sf) : src.ctr;
-        if (cur) {
-            p.log2bs = sqz_ctr_params(cur)->log2bs;
-        } else {
-            char rel[PATH_MAX];
-            sqz_resolved r;
-            rc = sqz_inode_relpath(fs, in, rel, sizeof(rel));
-            if (rc == 0)
-                rc = sqz_resolve(fs, rel, &r);
-            if (rc)
-                goto out;
-            p.log2bs = r.spec.log2bs;
-        }
-    }
-    if (spec->auto_mode == SQZ_AUTO_NONE &&
-        sqz_params_check(&p, err, sizeof(err)) != 0) {
-        rc = -EINVAL;
-        goto out;
-    }
-    if (spec->auto_mode != SQZ_AUTO_NONE) {
-        rc = choose_auto(&src, &p, len);
-        if (rc)
-            goto out;
-    }
-
-    /* The temporary next to the original. */
-    int tfd = sqz_replace_temp_create(fs, in, &bst, &t);
-    if (tfd < 0) {
-        rc = tfd;
-        goto out;
-    }
-    sqz_ctr *nc = NULL;
-    rc = sqz_ctr_create_fd(tfd, &p, label, &nc);
-    if (rc)
-        goto out;
-    rc = sqz_file_new(fs->engine, nc, &nsf);
-    if (rc) {
+    int rc = open_source(fs, in, label, &bst, &src, &len);
+    if (rc == 0)
+        rc = target_params(fs, in, spec, &src, len, &p);
+    if (rc == 0)
+        rc = write_temp(fs, in, label, &bst, &p, &src, len, &t, &nsf);
+    if (rc == 0) {
+        if (src.sf == in->file)
+            src.sf = NULL; /* closed by the install */
+        rc = sqz_recompress_install_locked(fs, in, &t, nsf);
         nsf = NULL;
-        goto out;
+        if (rc == 0)
+            sqz_logf(SQZ_LOG_INFO, "%s: recompressed", label);
     }
-    rc = copy_data(&src, nsf, len, (size_t)1 << 20);
-    if (rc == 0)
-        rc = sqz_file_fsync(nsf, 0);
-    if (rc == 0)
-        rc = sqz_replace_temp_meta(in, &bst, sqz_ctr_fd(sqz_file_ctr(nsf)));
-    if (rc)
-        goto out;
-    if (src.sf == in->file)
-        src.sf = NULL; /* closed by the install */
-    rc = sqz_recompress_install_locked(fs, in, &t, nsf);
-    nsf = NULL;
-    if (rc == 0)
-        sqz_logf(SQZ_LOG_INFO, "%s: recompressed", label);
-
-out:
     if (nsf)
         sqz_file_close(nsf);
     sqz_replace_temp_discard(&t);
