@@ -216,8 +216,16 @@ static void install_locked(struct sqz_inode *in, int fd, int pinned)
 struct sqz_ifd_id *sqz_ifd_id_of(int fd, const struct stat *st,
                                  struct sqz_inode *parent, const char *name)
 {
-    if (G.handles)
-        return st->st_dev == G.dev ? sqz_ifdid_handle(fd) : NULL;
+    if (G.handles) {
+        struct sqz_ifd_id *h = st->st_dev == G.dev ? sqz_ifdid_handle(fd) : NULL;
+        if (!h || !S_ISREG(st->st_mode) || !parent || !name)
+            return h;
+        /* a regular file's hint: a file reopened disconnected is found
+         * through it (sqz_ifd_hint_dir, inode_path.c) */
+        struct sqz_ifd_id *hinted = sqz_ifdid_hinted(h, parent, name);
+        free(h);
+        return hinted;
+    }
     return parent && name ? sqz_ifdid_name(parent, name, sqz_ifdid_birth(fd)) : NULL;
 }
 
@@ -228,7 +236,7 @@ void sqz_ifd_id_free(struct sqz_ifd_id *id)
 
 struct sqz_inode *sqz_ifd_id_parent(const struct sqz_ifd_id *id)
 {
-    return id && id->kind == ID_NAME ? id->parent : NULL;
+    return id ? id->parent : NULL;
 }
 
 void sqz_ifd_attach(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
@@ -262,7 +270,7 @@ struct sqz_inode *sqz_ifd_detach(struct sqz_inode *in)
         s->fd = -1;
         G.count--;
     }
-    if (s->id && s->id->kind == ID_NAME)
+    if (s->id)
         parent = s->id->parent;
     free(s->id);
     s->id = NULL;
@@ -465,7 +473,7 @@ int sqz_ifd_found(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
     *old_parent = NULL;
     LOCK();
     if (s->fd < 0 && s->id && s->id->kind == ID_HANDLE &&
-        !(id && sqz_ifdid_eq(id, s->id))) {
+        !(id && sqz_ifdid_same_handle(id, s->id))) {
         /* no descriptor held it: its number may have been given to a new
          * file since; the handle (with its generation) tells */
         G.stale++;
@@ -486,10 +494,12 @@ int sqz_ifd_found(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
         s->fixed = 0;
         if (s->fd >= 0 && s->pins == 0)
             lru_push(in);
-    } else if (id && id->kind == ID_NAME && s->id && s->id->kind == ID_NAME &&
+    } else if (id && s->id && id->kind == s->id->kind &&
+               (id->kind == ID_NAME ||
+                (sqz_ifdid_hint(id) && sqz_ifdid_same_handle(id, s->id))) &&
                !sqz_ifdid_eq(id, s->id)) {
-        /* the name the kernel used last: it follows renames made behind
-         * the mount and a hard link's other names */
+        /* the name the kernel used last (a handle's hint): it follows
+         * renames made behind the mount and a hard link's other names */
         struct sqz_ifd_id *old = s->id;
         s->id = id;
         id = old;
@@ -516,6 +526,8 @@ struct sqz_inode *sqz_ifd_renamed(struct sqz_inode *in, struct sqz_inode *np,
     LOCK();
     if (s->id && s->id->kind == ID_NAME)
         nid = sqz_ifdid_name(np, newname, s->id->birth);
+    else if (s->id && s->id->kind == ID_HANDLE && in->type == S_IFREG)
+        nid = sqz_ifdid_hinted(s->id, np, newname); /* the new hint */
     if (!nid) {
         UNLOCK();
         return NULL; /* keeps the old name: it may fail with ESTALE */
@@ -538,6 +550,16 @@ int sqz_ifd_replace(struct sqz_inode *in, int npfd)
             return errno ? -errno : -ENOMEM;
     }
     LOCK();
+    const char *hint = nid ? sqz_ifdid_hint(s->id) : NULL;
+    if (hint) { /* the same name: the hint (and its reference) carries over */
+        struct sqz_ifd_id *h = sqz_ifdid_hinted(nid, s->id->parent, hint);
+        free(nid);
+        nid = h;
+        if (!nid) {
+            UNLOCK();
+            return -ENOMEM;
+        }
+    }
     if (s->fd >= 0 && dup3(npfd, s->fd, O_CLOEXEC) < 0) {
         int e = -errno;
         UNLOCK();
@@ -551,6 +573,43 @@ int sqz_ifd_replace(struct sqz_inode *in, int npfd)
     G.replaced++;
     UNLOCK();
     return 0;
+}
+
+int sqz_ifd_hint_dir(struct sqz_inode *in, char *name, size_t n)
+{
+    struct sqz_ifd_id *pid = NULL;
+    int dfd = -ENOENT;
+    LOCK(); /* the hint's directory lives while the hint names it */
+    const struct sqz_ifd_id *id = in->fdc.id;
+    const char *h = sqz_ifdid_hint(id);
+    struct sqz_inode *p = h && id->hlen < n ? id->parent : NULL;
+    if (p) {
+        memcpy(name, h, id->hlen + 1);
+        if (p->fdc.fd >= 0)
+            dfd = fcntl(p->fdc.fd, F_DUPFD_CLOEXEC, 0);
+        else if (p->fdc.id && p->fdc.id->kind == ID_HANDLE &&
+                 (pid = malloc(sizeof(*pid) + p->fdc.id->len)))
+            memcpy(pid, p->fdc.id, sizeof(*pid) + p->fdc.id->len);
+    }
+    UNLOCK();
+    if (pid) { /* a directory opened by handle is connected */
+        dfd = open_handle(pid);
+        free(pid);
+    }
+    return dfd < 0 ? -ENOENT : dfd;
+}
+
+int sqz_ifd_reconnect(struct sqz_inode *in, int fd, int nfd)
+{
+    struct sqz_ifd *s = &in->fdc;
+    struct sqz_ifd_id *h = check_same(in, nfd) == 0 ? sqz_ifdid_handle(nfd) : NULL;
+    int rc = -ESTALE;
+    LOCK();
+    if (h && s->fd == fd && s->id && sqz_ifdid_same_handle(h, s->id))
+        rc = dup3(nfd, fd, O_CLOEXEC) < 0 ? -errno : 0;
+    UNLOCK();
+    free(h);
+    return rc;
 }
 
 void sqz_ifd_stats(struct sqz_ifd_stats *st)

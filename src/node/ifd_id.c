@@ -1,5 +1,7 @@
 /* The identity an inode's descriptor is opened again by (ifd_int.h): a
- * file handle, or without handles its parent inode and its name. */
+ * file handle, with, for a regular file, the last name it was seen by as
+ * a hint (inode_path.c finds a file reopened disconnected through it), or
+ * without handles its parent inode and its name. */
 #include "node/ifd_int.h"
 
 #include <fcntl.h>
@@ -25,6 +27,25 @@ struct sqz_ifd_id *sqz_ifdid_handle(int fd)
     id->htype = fh.h.handle_type;
     memcpy(id->data, fh.h.f_handle, fh.h.handle_bytes);
     return id;
+}
+
+struct sqz_ifd_id *sqz_ifdid_hinted(const struct sqz_ifd_id *h,
+                                    struct sqz_inode *parent, const char *name)
+{
+    size_t n = strlen(name);
+    struct sqz_ifd_id *id = malloc(sizeof(*id) + h->len + n + 1);
+    if (!id)
+        return NULL;
+    memcpy(id, h, sizeof(*id) + h->len);
+    id->parent = parent;
+    id->hlen = (unsigned)n;
+    memcpy(id->data + h->len, name, n + 1);
+    return id;
+}
+
+const char *sqz_ifdid_hint(const struct sqz_ifd_id *id)
+{
+    return id && id->kind == ID_HANDLE && id->hlen ? id->data + id->len : NULL;
 }
 
 struct timespec sqz_ifdid_birth(int fd)
@@ -70,5 +91,6 @@ int sqz_ifdid_same_handle(const struct sqz_ifd_id *a,
 int sqz_ifdid_eq(const struct sqz_ifd_id *a, const struct sqz_ifd_id *b)
 {
     return a->kind == b->kind && a->parent == b->parent && a->len == b->len &&
-           a->htype == b->htype && memcmp(a->data, b->data, a->len) == 0;
+           a->hlen == b->hlen && a->htype == b->htype &&
+           memcmp(a->data, b->data, a->len + (a->hlen ? a->hlen + 1 : 0)) == 0;
 }
