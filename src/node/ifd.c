@@ -7,6 +7,7 @@
  * never a name; without handles a name is opened below its parent's
  * descriptor with O_NOFOLLOW, one component, as a lookup does. */
 #include "node/ifd.h"
+#include "node/ifd_int.h"
 #include "node/inode.h"
 #include "common/lockorder.h"
 
@@ -55,19 +56,6 @@ size_t sqz_ifd_stash_max(void)
     return s > 64 ? 64 : s;
 }
 
-enum { ID_HANDLE = 1, ID_NAME = 2 };
-
-struct sqz_ifd_id {
-    unsigned char kind;
-    struct sqz_inode *parent; /* ID_NAME */
-    unsigned len;             /* handle bytes / name length (no NUL) */
-    int htype;                /* ID_HANDLE: handle_type */
-    struct timespec birth;    /* ID_NAME: the birth time (statx), 0 if the
-                                 file system has none: an inode number
-                                 given to a new file is told by it */
-    char data[];              /* handle bytes, or the name and its NUL */
-};
-
 static struct {
     pthread_mutex_t mu;
     int inited;
@@ -82,63 +70,6 @@ static struct {
 
 #define LOCK() SQZ_MUTEX_LOCK(&G.mu, SQZ_RANK_IFD)
 #define UNLOCK() SQZ_MUTEX_UNLOCK(&G.mu)
-
-/* A file handle of fd's object into id (NULL on failure). */
-static struct sqz_ifd_id *handle_of(int fd)
-{
-    struct {
-        struct file_handle h;
-        unsigned char b[MAX_HANDLE_SZ];
-    } fh;
-    fh.h.handle_bytes = MAX_HANDLE_SZ;
-    int mid;
-    if (name_to_handle_at(fd, "", &fh.h, &mid, AT_EMPTY_PATH) != 0)
-        return NULL;
-    struct sqz_ifd_id *id = malloc(sizeof(*id) + fh.h.handle_bytes);
-    if (!id)
-        return NULL;
-    id->kind = ID_HANDLE;
-    id->parent = NULL;
-    id->len = fh.h.handle_bytes;
-    id->htype = fh.h.handle_type;
-    id->birth.tv_sec = id->birth.tv_nsec = 0;
-    memcpy(id->data, fh.h.f_handle, fh.h.handle_bytes);
-    return id;
-}
-
-static struct timespec birth_of(int fd)
-{
-    struct statx sx;
-    struct timespec t = {0, 0};
-    if (statx(fd, "", AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW, STATX_BTIME, &sx) == 0 &&
-        (sx.stx_mask & STATX_BTIME)) {
-        t.tv_sec = sx.stx_btime.tv_sec;
-        t.tv_nsec = sx.stx_btime.tv_nsec;
-    }
-    return t;
-}
-
-static int birth_differs(const struct timespec *a, const struct timespec *b)
-{
-    return (a->tv_sec || a->tv_nsec) && (b->tv_sec || b->tv_nsec) &&
-           (a->tv_sec != b->tv_sec || a->tv_nsec != b->tv_nsec);
-}
-
-static struct sqz_ifd_id *name_id(struct sqz_inode *parent, const char *name,
-                                  struct timespec birth)
-{
-    size_t n = strlen(name);
-    struct sqz_ifd_id *id = malloc(sizeof(*id) + n + 1);
-    if (!id)
-        return NULL;
-    id->kind = ID_NAME;
-    id->parent = parent;
-    id->len = (unsigned)n;
-    id->htype = 0;
-    id->birth = birth;
-    memcpy(id->data, name, n + 1);
-    return id;
-}
 
 static int open_handle(const struct sqz_ifd_id *id);
 
@@ -162,7 +93,7 @@ int sqz_ifd_init(int root_fd, dev_t root_dev, size_t max)
     if (!(no && strcmp(no, "1") == 0)) {
         /* it must open again too (FUSE file systems may give handles
          * they cannot resolve) */
-        struct sqz_ifd_id *id = handle_of(root_fd);
+        struct sqz_ifd_id *id = sqz_ifdid_handle(root_fd);
         int fd = id ? open_handle(id) : -1;
         G.handles = fd >= 0;
         if (fd >= 0)
@@ -285,9 +216,17 @@ static void install_locked(struct sqz_inode *in, int fd, int pinned)
 struct sqz_ifd_id *sqz_ifd_id_of(int fd, const struct stat *st,
                                  struct sqz_inode *parent, const char *name)
 {
-    if (G.handles)
-        return st->st_dev == G.dev ? handle_of(fd) : NULL;
-    return parent && name ? name_id(parent, name, birth_of(fd)) : NULL;
+    if (G.handles) {
+        struct sqz_ifd_id *h = st->st_dev == G.dev ? sqz_ifdid_handle(fd) : NULL;
+        if (!h || !S_ISREG(st->st_mode) || !parent || !name)
+            return h;
+        /* a regular file's hint: a file reopened disconnected is found
+         * through it (sqz_ifd_hint_dir, inode_path.c) */
+        struct sqz_ifd_id *hinted = sqz_ifdid_hinted(h, parent, name);
+        free(h);
+        return hinted;
+    }
+    return parent && name ? sqz_ifdid_name(parent, name, sqz_ifdid_birth(fd)) : NULL;
 }
 
 void sqz_ifd_id_free(struct sqz_ifd_id *id)
@@ -297,7 +236,7 @@ void sqz_ifd_id_free(struct sqz_ifd_id *id)
 
 struct sqz_inode *sqz_ifd_id_parent(const struct sqz_ifd_id *id)
 {
-    return id && id->kind == ID_NAME ? id->parent : NULL;
+    return id ? id->parent : NULL;
 }
 
 void sqz_ifd_attach(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
@@ -331,7 +270,7 @@ struct sqz_inode *sqz_ifd_detach(struct sqz_inode *in)
         s->fd = -1;
         G.count--;
     }
-    if (s->id && s->id->kind == ID_NAME)
+    if (s->id)
         parent = s->id->parent;
     free(s->id);
     s->id = NULL;
@@ -363,7 +302,7 @@ struct sqz_ifd_id *sqz_ifd_handle_of(int fd)
     struct stat st;
     if (!G.handles || fstat(fd, &st) != 0 || st.st_dev != G.dev)
         return NULL;
-    return handle_of(fd);
+    return sqz_ifdid_handle(fd);
 }
 
 int sqz_ifd_id_open(const struct sqz_ifd_id *id)
@@ -411,8 +350,8 @@ static int open_name_locked(struct sqz_inode *in, int depth)
         return errno == ENOENT ? -ESTALE : -errno;
     G.reopens++;
     int rc = check_same(in, fd);
-    struct timespec born = birth_of(fd);
-    if (rc == 0 && birth_differs(&s->id->birth, &born))
+    struct timespec born = sqz_ifdid_birth(fd);
+    if (rc == 0 && sqz_ifdid_birth_differs(&s->id->birth, &born))
         rc = -ESTALE; /* its number was given to the file at that name */
     if (rc) {
         close(fd);
@@ -527,12 +466,6 @@ void sqz_ifd_hold(struct sqz_inode *in, int delta)
         sqz_ifd_put(in);
 }
 
-static int id_eq(const struct sqz_ifd_id *a, const struct sqz_ifd_id *b)
-{
-    return a->kind == b->kind && a->parent == b->parent && a->len == b->len &&
-           a->htype == b->htype && memcmp(a->data, b->data, a->len) == 0;
-}
-
 int sqz_ifd_found(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
                   struct sqz_inode **old_parent)
 {
@@ -540,7 +473,7 @@ int sqz_ifd_found(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
     *old_parent = NULL;
     LOCK();
     if (s->fd < 0 && s->id && s->id->kind == ID_HANDLE &&
-        !(id && id_eq(id, s->id))) {
+        !(id && sqz_ifdid_same_handle(id, s->id))) {
         /* no descriptor held it: its number may have been given to a new
          * file since; the handle (with its generation) tells */
         G.stale++;
@@ -548,7 +481,7 @@ int sqz_ifd_found(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
         return 0;
     }
     if (s->fd < 0 && id && id->kind == ID_NAME && s->id &&
-        s->id->kind == ID_NAME && birth_differs(&id->birth, &s->id->birth)) {
+        s->id->kind == ID_NAME && sqz_ifdid_birth_differs(&id->birth, &s->id->birth)) {
         G.stale++; /* the same, told by the birth time */
         UNLOCK();
         return 0;
@@ -561,10 +494,12 @@ int sqz_ifd_found(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
         s->fixed = 0;
         if (s->fd >= 0 && s->pins == 0)
             lru_push(in);
-    } else if (id && id->kind == ID_NAME && s->id && s->id->kind == ID_NAME &&
-               !id_eq(id, s->id)) {
-        /* the name the kernel used last: it follows renames made behind
-         * the mount and a hard link's other names */
+    } else if (id && s->id && id->kind == s->id->kind &&
+               (id->kind == ID_NAME ||
+                (sqz_ifdid_hint(id) && sqz_ifdid_same_handle(id, s->id))) &&
+               !sqz_ifdid_eq(id, s->id)) {
+        /* the name the kernel used last (a handle's hint): it follows
+         * renames made behind the mount and a hard link's other names */
         struct sqz_ifd_id *old = s->id;
         s->id = id;
         id = old;
@@ -590,7 +525,9 @@ struct sqz_inode *sqz_ifd_renamed(struct sqz_inode *in, struct sqz_inode *np,
     struct sqz_ifd_id *nid = NULL;
     LOCK();
     if (s->id && s->id->kind == ID_NAME)
-        nid = name_id(np, newname, s->id->birth);
+        nid = sqz_ifdid_name(np, newname, s->id->birth);
+    else if (s->id && s->id->kind == ID_HANDLE && in->type == S_IFREG)
+        nid = sqz_ifdid_hinted(s->id, np, newname); /* the new hint */
     if (!nid) {
         UNLOCK();
         return NULL; /* keeps the old name: it may fail with ESTALE */
@@ -608,11 +545,21 @@ int sqz_ifd_replace(struct sqz_inode *in, int npfd)
     struct sqz_ifd *s = &in->fdc;
     struct sqz_ifd_id *nid = NULL;
     if (G.handles && s->id && s->id->kind == ID_HANDLE) {
-        nid = handle_of(npfd);
+        nid = sqz_ifdid_handle(npfd);
         if (!nid)
             return errno ? -errno : -ENOMEM;
     }
     LOCK();
+    const char *hint = nid ? sqz_ifdid_hint(s->id) : NULL;
+    if (hint) { /* the same name: the hint (and its reference) carries over */
+        struct sqz_ifd_id *h = sqz_ifdid_hinted(nid, s->id->parent, hint);
+        free(nid);
+        nid = h;
+        if (!nid) {
+            UNLOCK();
+            return -ENOMEM;
+        }
+    }
     if (s->fd >= 0 && dup3(npfd, s->fd, O_CLOEXEC) < 0) {
         int e = -errno;
         UNLOCK();
@@ -626,6 +573,43 @@ int sqz_ifd_replace(struct sqz_inode *in, int npfd)
     G.replaced++;
     UNLOCK();
     return 0;
+}
+
+int sqz_ifd_hint_dir(struct sqz_inode *in, char *name, size_t n)
+{
+    struct sqz_ifd_id *pid = NULL;
+    int dfd = -ENOENT;
+    LOCK(); /* the hint's directory lives while the hint names it */
+    const struct sqz_ifd_id *id = in->fdc.id;
+    const char *h = sqz_ifdid_hint(id);
+    struct sqz_inode *p = h && id->hlen < n ? id->parent : NULL;
+    if (p) {
+        memcpy(name, h, id->hlen + 1);
+        if (p->fdc.fd >= 0)
+            dfd = fcntl(p->fdc.fd, F_DUPFD_CLOEXEC, 0);
+        else if (p->fdc.id && p->fdc.id->kind == ID_HANDLE &&
+                 (pid = malloc(sizeof(*pid) + p->fdc.id->len)))
+            memcpy(pid, p->fdc.id, sizeof(*pid) + p->fdc.id->len);
+    }
+    UNLOCK();
+    if (pid) { /* a directory opened by handle is connected */
+        dfd = open_handle(pid);
+        free(pid);
+    }
+    return dfd < 0 ? -ENOENT : dfd;
+}
+
+int sqz_ifd_reconnect(struct sqz_inode *in, int fd, int nfd)
+{
+    struct sqz_ifd *s = &in->fdc;
+    struct sqz_ifd_id *h = check_same(in, nfd) == 0 ? sqz_ifdid_handle(nfd) : NULL;
+    int rc = -ESTALE;
+    LOCK();
+    if (h && s->fd == fd && s->id && sqz_ifdid_same_handle(h, s->id))
+        rc = dup3(nfd, fd, O_CLOEXEC) < 0 ? -errno : 0;
+    UNLOCK();
+    free(h);
+    return rc;
 }
 
 void sqz_ifd_stats(struct sqz_ifd_stats *st)

@@ -5,7 +5,8 @@
  * life: it keeps how to open its backing object again — a file handle
  * (name_to_handle_at, opened with open_by_handle_at below BACKING's file
  * system), or, where the backing file system has none (GlusterFS, NFS over
- * FUSE; or SQZ_NO_HANDLES=1), its parent inode and its name there — and
+ * FUSE; or SQZ_NO_HANDLES=1), its parent inode and its name there (a
+ * regular file's handle comes with that too, as a hint: inode_path.c) — and
  * a bounded LRU of open descriptors serves the hot ones (max_fds=).
  *
  * A caller pins the descriptor while it uses it: sqz_ifd_get returns it
@@ -54,12 +55,13 @@ int sqz_ifd_handles(void); /* 1: file handles in use */
 
 /* How to open fd's object again (st: its stat): its file handle (handle
  * mode; NULL on another device than BACKING's: it keeps its descriptor),
- * or parent + name (name mode; NULL without a parent). NULL also when
+ * with parent + name as a hint for a regular file, or parent + name
+ * (name mode; NULL without a parent). NULL also when
  * there is no memory (the inode then keeps its descriptor). */
 struct sqz_ifd_id *sqz_ifd_id_of(int fd, const struct stat *st,
                                  struct sqz_inode *parent, const char *name);
 void sqz_ifd_id_free(struct sqz_ifd_id *id);
-/* The parent an id names (name mode), or NULL. */
+/* The parent an id names (name mode, a handle's hint), or NULL. */
 struct sqz_inode *sqz_ifd_id_parent(const struct sqz_ifd_id *id);
 /* A new inode's descriptor fd and identity id (both taken; id NULL, or
  * fixed: the fd is never evicted). The caller has counted the parent's
@@ -96,6 +98,17 @@ struct sqz_inode *sqz_ifd_renamed(struct sqz_inode *in, struct sqz_inode *np,
  * npfd's object. The cached fd (if any) becomes a duplicate of npfd at the
  * same number; the handle is replaced. 0 or -errno (nothing changed). */
 int sqz_ifd_replace(struct sqz_inode *in, int npfd);
+
+/* Handle mode, a regular file: an O_PATH descriptor (the caller's to
+ * close) of its hint's directory, the one of the last name the daemon saw
+ * it by (a lookup, create, link, a rename through the mount), that name
+ * copied into name (n bytes); -ENOENT if none. */
+int sqz_ifd_hint_dir(struct sqz_inode *in, char *name, size_t n);
+/* nfd, a descriptor of in's object opened by its name (connected: its
+ * /proc path is right), takes the place of fd, in's descriptor pinned by
+ * the caller (the same number), if it is the same object (device, inode
+ * number, handle). 0 or -ESTALE (in was swapped to another file). */
+int sqz_ifd_reconnect(struct sqz_inode *in, int fd, int nfd);
 
 /* A note kept long (pack_gc.c) names a directory by its handle: NULL
  * without handles (keep a descriptor then). Opened again O_PATH by

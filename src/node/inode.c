@@ -496,9 +496,7 @@ again:
 void sqz_inode_renamed(struct sqz_fs *fs, struct sqz_inode *np,
                        const char *newname)
 {
-    if (sqz_ifd_handles())
-        return; /* a handle does not name the file */
-    struct stat st;
+    struct stat st; /* handle mode: a regular file's hint (ifd.c) */
     int pfd = sqz_ifd_get(np);
     if (pfd < 0)
         return;

@@ -7,7 +7,14 @@
  * live on under another: the inode keeps the descriptor of the last other
  * name a lookup found it by (alt_fd, set in inode.c), and takes that one
  * over when its own name no longer names it. Without it such a file was
- * never packed (its directory could not be found). */
+ * never packed (its directory could not be found).
+ *
+ * A regular file opened again by handle after its dentry was reclaimed
+ * has a disconnected descriptor (its /proc path reads "/"): it is opened
+ * by the name its hint keeps (ifd.h), below that directory's descriptor,
+ * and that descriptor takes the cached one's place if it is the same
+ * file. Without it such a file was skipped (not packed, no policy) until
+ * the kernel looked its name up again. */
 #include "node/inode.h"
 #include "common/lockorder.h"
 #include "common/fdpath.h"
@@ -35,6 +42,36 @@ static int fd_relpath(struct sqz_fs *fs, int fd, char *buf, size_t n)
     return 0;
 }
 
+/* fd, in's (pinned), is not below BACKING: if it is a disconnected
+ * descriptor of a file whose hint still names it, a connected one takes
+ * its place (the same number). 0 or -ENOENT. */
+static int reconnect(struct sqz_inode *in, int fd)
+{
+    char name[NAME_MAX + 1];
+    int dfd = sqz_ifd_hint_dir(in, name, sizeof(name));
+    if (dfd < 0)
+        return -ENOENT;
+    int rc = -ENOENT;
+    int nfd = sqz_openat_fd(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
+    close(dfd);
+    if (nfd >= 0) {
+        if (sqz_ifd_reconnect(in, fd, nfd) == 0)
+            rc = 0;
+        close(nfd);
+    }
+    return rc;
+}
+
+/* fd_relpath of in's descriptor fd (pinned; in NULL: another one). */
+static int in_relpath(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                      char *buf, size_t n)
+{
+    int rc = fd_relpath(fs, fd, buf, n);
+    if (rc == -ENOENT && in && in->type == S_IFREG && reconnect(in, fd) == 0)
+        rc = fd_relpath(fs, fd, buf, n);
+    return rc;
+}
+
 int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
                       size_t n)
 {
@@ -45,19 +82,20 @@ int sqz_inode_relpath(struct sqz_fs *fs, struct sqz_inode *in, char *buf,
     int fd = sqz_ifd_get(in);
     if (fd < 0)
         return fd;
-    int rc = fd_relpath(fs, fd, buf, n);
+    int rc = in_relpath(fs, in, fd, buf, n);
     sqz_ifd_put(in);
     return rc;
 }
 
-/* One try of sqz_inode_dirfd: the directory the current path of fd names
- * (opened beneath BACKING, no symlink in any component), if its entry
- * name there is still the inode ist describes. */
-static int dirfd_once(struct sqz_fs *fs, int fd, const struct stat *ist,
-                      char *base, size_t bn)
+/* One try of sqz_inode_dirfd: the directory the current path of fd (in's,
+ * or in NULL: another name's) names (opened beneath BACKING, no symlink in
+ * any component), if its entry name there is still the inode ist
+ * describes. */
+static int dirfd_once(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                      const struct stat *ist, char *base, size_t bn)
 {
     char rel[PATH_MAX];
-    int rc = fd_relpath(fs, fd, rel, sizeof(rel));
+    int rc = in_relpath(fs, in, fd, rel, sizeof(rel));
     if (rc)
         return rc;
     char *slash = strrchr(rel, '/');
@@ -100,7 +138,7 @@ static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in, int ifd,
     int dfd = -EBUSY;
     if (fstat(alt, &ast) == 0 && ast.st_dev == ist->st_dev &&
         ast.st_ino == ist->st_ino)
-        dfd = dirfd_once(fs, alt, ist, base, bn);
+        dfd = dirfd_once(fs, NULL, alt, ist, base, bn);
     if (dfd >= 0) {
         SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
         if (in->alt_fd >= 0 && in->ino == ist->st_ino &&
@@ -125,7 +163,7 @@ int sqz_inode_dirfd(struct sqz_fs *fs, struct sqz_inode *in, char *base,
         return fd;
     int dfd = fstat(fd, &ist) != 0 ? -errno : -EBUSY;
     for (int i = 0; i < 3 && dfd == -EBUSY; i++) /* renamed meanwhile */
-        dfd = dirfd_once(fs, fd, &ist, base, bn);
+        dfd = dirfd_once(fs, in, fd, &ist, base, bn);
     if (dfd == -EBUSY && ist.st_nlink > 0)
         dfd = dirfd_alt(fs, in, fd, &ist, base, bn);
     sqz_ifd_put(in);
