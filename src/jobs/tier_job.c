@@ -10,7 +10,7 @@
  * The rewrite reuses recompress' crash-safe steps (store/replace.h) but
  * does not hold the inode's io lock while the data is copied:
  *   1. io exclusive, briefly: refuse writers, commit the open file, note
- *      the change generation (sqz_inode.wgen), open a private read-only
+ *      the change generation (sqz_inode.change_gen), open a private read-only
  *      view of the backing file and create the hidden temporary;
  *   2. no lock: copy block by block into a new container under the aged
  *      policy at the given rate, at low priority (SCHED_IDLE), yielding

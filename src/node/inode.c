@@ -9,7 +9,7 @@
  * is keyed by the backing (st_dev, st_ino); the kernel-visible node id is the address of our
  * sqz_inode (FUSE_ROOT_ID for the root), so it stays stable when
  * recompress and packing replace the backing file (sqz_inode_swap).
- * Protected by sqz_fs.itable_lock (docs/LOCKING.md). */
+ * Protected by sqz_fs.itable.lock (docs/LOCKING.md). */
 #include "node/inode.h"
 #include "daemon/fs.h"
 #include "node/push.h"

@@ -3,7 +3,7 @@
  * sqz_bkey), the container a lookup keeps for the next open (the stash).
  * Internal header.
  *
- * Locks: sqz_inode.io, sqz_fs.itable_lock, sqz_inode.meta, push.mu:
+ * Locks: sqz_inode.io, sqz_fs.itable.lock, sqz_inode.meta, push.mu:
  * docs/LOCKING.md. The fields of struct sqz_inode are grouped by the lock
  * that protects them; "const" ones are set before the inode is published.
  * The inode's O_PATH descriptor is not a field one reads: it is pinned
