@@ -30,7 +30,7 @@
 /* Ranks, lowest first (docs/LOCKING.md has the table). */
 enum sqz_lock_rank {
     /* the daemon (src/daemon .. src/mount) */
-    SQZ_RANK_READAHEAD = 10,  /* sqz_fs.readahead_mu */
+    SQZ_RANK_READAHEAD = 10,  /* sqz_fs.readahead.mu */
     SQZ_RANK_DIRHANDLE = 20,  /* sqz_dirhandle.lock */
     SQZ_RANK_IO = 30,         /* sqz_inode.io (rwlock) */
     SQZ_RANK_DURABLE = 40,    /* sqz_durable.mu (durable.c) */
