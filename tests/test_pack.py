@@ -22,6 +22,7 @@ import time
 
 import pytest
 
+from fsutil import rd, wr
 from mountlib import RENAME_EXCHANGE, Mount, mount_stats, renameat2
 
 PTR_XATTR = "user.squeezefs.packed"
@@ -91,16 +92,6 @@ def wait_states(backing, want, timeout=PACK_WAIT):
 
 def packs(bdir):
     return sorted(n for n in os.listdir(bdir) if PACK_RE.match(n))
-
-
-def rd(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def wr(path, content, mode="wb"):
-    with open(path, mode) as f:
-        f.write(content)
 
 
 def blocks(stored):

@@ -4,6 +4,7 @@ import os
 import random
 
 
+from fsutil import text, wr
 from mountlib import mount_stats, run_cli
 
 KiB = 1024
@@ -25,19 +26,8 @@ TIER_KEYS = {"tier_interval", "tier_rate", "tier_files", "tier_bytes_before",
 FUSE_KEYS = {"security_xattr_gets", "killpriv_v2", "writeback_cache", "pack_pending"}
 
 
-def text(n, seed=0):
-    line = b"".join(b"%07d lorem ipsum dolor sit amet, consectetur %d\n" % (i, seed)
-                    for i in range(4096))
-    return (line * (n // len(line) + 1))[:n]
-
-
 def delta(a, b):
     return {k: b[k] - a[k] for k in KEYS}
-
-
-def wr(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
 
 
 def test_stats_keys(mnt):
