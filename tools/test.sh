@@ -191,7 +191,9 @@ st_pytest() {
         run_pytest "$PYTEST_TIMEOUT" tests/ --basetemp="$WORK/pytest" "${EXTRA_PYTEST[@]}"
 }
 
-# The ASan/UBSan daemon under the POSIX, CLI, fsx and packed-file tests. Sanitizer
+# The ASan/UBSan daemon under the POSIX, CLI, fsx and packed-file tests
+# (SQZ_QUICK=1: fsx one configuration per algorithm, the packed-file tests'
+# SANITIZER_SUBSET; with --long all of them). Sanitizer
 # reports go to files (also when the daemon runs detached from a test's
 # stderr); any report fails the stage.
 st_pytest_asan() {
@@ -215,7 +217,8 @@ st_pytest_asan() {
 }
 
 # The TSan daemon under the concurrency, stress, integrity, tiering,
-# small-file and packed-file suites (with
+# small-file and packed-file suites (SQZ_QUICK=1: of the integrity and
+# packed-file tests their SANITIZER_SUBSET; with
 # --long also the POSIX and fault suites). Any TSan report fails the stage.
 st_pytest_tsan() {
     [[ -x build-tsan/squeezefs ]] || { echo "build-tsan/squeezefs missing: the build failed" >&2; return 1; }
