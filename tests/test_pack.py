@@ -1145,11 +1145,12 @@ def check_model(m, md, log, where, packed_check=True):
     return seen
 
 
-# two seeds; one under the TSan daemon (SQZ_QUICK, tools/test.sh), which
-# runs it several times slower; none under the ASan daemon (the default
-# suite's time budget; its other tests there cover the packing code)
+# one seed in the plain stage and under the TSan daemon (SQZ_QUICK,
+# tools/test.sh), which runs it several times slower; a second one with
+# --long (SQZ_LONG=1); none under the ASan daemon (the default suite's time
+# budget; its other tests there cover the packing code)
 SEEDS = [int(os.environ.get("SQZ_PACK_SEED", "14"))] + (
-    [] if os.environ.get("SQZ_QUICK") == "1" else [3])
+    [3] if os.environ.get("SQZ_LONG") == "1" else [])
 
 
 @pytest.mark.skipif(os.environ.get("SQZ_ASAN") == "1",
