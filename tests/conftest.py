@@ -18,7 +18,27 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "long: only with SQZ_LONG=1 (tools/test.sh --long)")
 
 
+def sanitizer_subset(items):
+    """Under a sanitizer (SQZ_QUICK=1, tools/test.sh's ASan and TSan
+    stages; not with --long) a test module that names its SANITIZER_SUBSET (test names, with
+    or without the parameter id) runs only those tests (deselected, not
+    skipped: the plain stage runs them all). Returns (kept, deselected)."""
+    kept, dropped = [], []
+    for it in items:
+        subset = getattr(it.module, "SANITIZER_SUBSET", None)
+        if subset is None or it.name in subset or it.originalname in subset:
+            kept.append(it)
+        else:
+            dropped.append(it)
+    return kept, dropped
+
+
 def pytest_collection_modifyitems(config, items):
+    if os.environ.get("SQZ_QUICK") == "1" and os.environ.get("SQZ_LONG") != "1":
+        kept, dropped = sanitizer_subset(items)
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = kept
     if os.environ.get("SQZ_LONG") == "1":
         return
     skip = pytest.mark.skip(reason=LONG_ONLY)

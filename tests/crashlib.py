@@ -240,10 +240,14 @@ def check_tree(mnt, logpath):
     return problems, checked
 
 
-def read_all_files(root):
-    """Read every regular file end to end; returns problems."""
+def read_all_files(root, prefixes=None):
+    """Read every regular file end to end (with prefixes: only under the
+    entries of root whose names start with one of them); returns problems."""
     problems = []
-    for dp, _, files in os.walk(root):
+    for dp, dirs, files in os.walk(root):
+        if prefixes is not None and dp == str(root):
+            dirs[:] = [d for d in dirs if d.startswith(tuple(prefixes))]
+            files = [f for f in files if f.startswith(tuple(prefixes))]
         for fn in files:
             p = os.path.join(dp, fn)
             try:
@@ -264,17 +268,36 @@ def round_seeds(n, base=None):
     return base, [rnd.randrange(1 << 30) for _ in range(n)]
 
 
-def check_remount(m2, logs):
+def check_remount(m2, logs, prefixes=None):
     """After a crash and a new mount m2: every fsync'ed record of every
-    writer log reads back exactly and every file reads end to end; then m2
-    is unmounted. Returns (problems, records checked, daemon exit code)."""
+    writer log reads back exactly and every file reads end to end (with
+    prefixes: the files of those names only); then m2 is unmounted.
+    Returns (problems, records checked, daemon exit code)."""
     problems, checked = [], 0
     for lp in logs:
         p, c = check_tree(m2.mnt, lp)
         problems += p
         checked += c
-    problems += read_all_files(m2.mnt)
+    problems += read_all_files(m2.mnt, prefixes)
     return problems, checked, m2.unmount()
+
+
+# Rounds of the crash tests: each round checks its own log and the one
+# before (whose files the round's daemon may still have packed or marked
+# durable); every FULL_EVERY rounds and in the last round, every round's
+# log and every file of BACKING (a later crash must not have damaged what
+# an earlier round made durable; damage stays, so it is found then).
+FULL_EVERY = 5
+
+
+def round_check(m2, logs, prefixes, r, last):
+    """check_remount for round r (0-based) of a crash test whose rounds
+    used logs[i] and file prefix prefixes[i]; last: the final round. Returns
+    (problems, checked, rc, full)."""
+    full = last or r % FULL_EVERY == FULL_EVERY - 1
+    if full:
+        return check_remount(m2, logs) + (True,)
+    return check_remount(m2, logs[-2:], prefixes[-2:]) + (False,)
 
 
 def assert_verify_after_crash(backing, ctx):

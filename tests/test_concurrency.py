@@ -13,20 +13,11 @@ import time
 
 import pytest
 
+from fsutil import rd, wr
 from mountlib import run_cli
 
 KiB = 1024
 MiB = 1024 * 1024
-
-
-def rd(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def wr(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
 
 
 def run_threads(targets):

@@ -85,6 +85,7 @@ import time
 
 import pytest
 
+from fsutil import rd, wr
 from mountlib import Mount, is_mounted, run_cli
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -132,17 +133,6 @@ def data(n, seed):
         else:
             out += rnd.choice(words) + b" "
     return bytes(out[:n])
-
-
-def wr(path, content):
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(content)
-
-
-def rd(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def pointer(bpath):
@@ -195,7 +185,7 @@ def op_pack():
 
     def setup(m):
         for rel, c in files.items():
-            wr(m.path(rel), c)
+            wr(m.path(rel), c, parents=True)
 
     return dict(files=files, prepare=prepare, setup=setup, options=[], act=None,
                 alt={}, same_ino=True)
@@ -209,14 +199,14 @@ def op_pack_append():
     files = dict(first, **{"d/f0": data(800, 51)})
 
     def setup(m):
-        wr(m.path("d/x"), first["d/x"])
+        wr(m.path("d/x"), first["d/x"], parents=True)
         deadline = time.time() + 10
         while not pointer(os.path.join(m.backing, "d/x")):
             assert time.time() < deadline, "d/x was not packed"
             time.sleep(0.1)
         for rel, c in files.items():
             if rel not in first:
-                wr(m.path(rel), c)
+                wr(m.path(rel), c, parents=True)
 
     return dict(files=files, prepare=lambda tmp_path, backing: None, setup=setup,
                 options=[], act=None, alt={}, same_ino=True, slow=True)
@@ -323,7 +313,7 @@ def op_tier(tmp_path):
     def prep(tmp_path_, backing):
         with Mount(backing, str(backing) + "-prep", options=opts) as m:
             for rel, c in files.items():
-                wr(m.path(rel), c)
+                wr(m.path(rel), c, parents=True)
                 t = time.time() - 2 * DAY
                 os.utime(m.path(rel), (t, t))
 
@@ -361,7 +351,7 @@ def prepare_packed(files, opts=(), mkdirs=()):
             for d in mkdirs:
                 os.mkdir(m.path(d))
             for rel, c in files.items():
-                wr(m.path(rel), c)
+                wr(m.path(rel), c, parents=True)
         # the unmount packed what could be
     return prep
 

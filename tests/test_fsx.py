@@ -6,8 +6,11 @@ fsync/reopen checked byte-for-byte against a shadow file), remounts once in
 the middle, and at the end checks the backing container offline
 (`squeezefs verify`, `squeezefs cat`).
 
-Default suite: ~200k operations in total. SQZ_LONG=1: 1M operations per
-configuration. SQZ_FSX_SEED=N changes the seeds (default: fixed per config).
+Default suite: ~110k operations in total over the 24 configurations.
+SQZ_QUICK=1 (the ASan stage of tools/test.sh, not with --long): one
+configuration per algorithm (the block sizes in turn) and the three option
+variants, 3,000 operations each. SQZ_LONG=1: also 1M operations per configuration.
+SQZ_FSX_SEED=N changes the seeds (default: fixed per config).
 """
 import os
 import subprocess
@@ -25,15 +28,24 @@ from mountlib import run_cli, squeezefs_bin
 ALGS = [("none", "none"), ("gzip6", "gzip:6"), ("snappy", "snappy"),
         ("lz4", "lz4"), ("lz4hc9", "lz4hc:9"), ("zstd1", "zstd:1"), ("qipc", "qipc")]
 SIZES = [("4K", 1 << 20), ("128K", 2 << 20), ("1M", 3 << 20)]
-CONFIGS = [(f"{a}-{b}", [f"compress={spec}/{b}"], 10500, maxlen)
+CONFIGS = [(f"{a}-{b}", [f"compress={spec}/{b}"], 4500, maxlen)
            for a, spec in ALGS for b, maxlen in SIZES]
 CONFIGS += [
-    ("zstd19-4K", ["compress=zstd:19/4K"], 5000, 512 << 10),
-    ("lz4-block1M-option", ["compress=lz4", "block=1M"], 5000, 3 << 20),
-    ("zstd1-128K-nowriteback", ["compress=zstd:1/128K", "nowriteback"], 8000, 2 << 20),
+    ("zstd19-4K", ["compress=zstd:19/4K"], 3000, 512 << 10),
+    ("lz4-block1M-option", ["compress=lz4", "block=1M"], 3000, 3 << 20),
+    ("zstd1-128K-nowriteback", ["compress=zstd:1/128K", "nowriteback"], 6000, 2 << 20),
 ]
+assert sum(c[2] for c in CONFIGS) >= 100000
 
-assert sum(c[2] for c in CONFIGS) >= 200000
+# Under a sanitizer (SQZ_QUICK=1): every algorithm once, every block size
+# at least twice, every option variant; fewer operations.
+QUICK = os.environ.get("SQZ_QUICK") == "1" and os.environ.get("SQZ_LONG") != "1"
+QUICK_IDS = {f"{a}-{SIZES[i % len(SIZES)][0]}" for i, (a, _) in enumerate(ALGS)}
+QUICK_IDS |= {c[0] for c in CONFIGS[len(ALGS) * len(SIZES):]}
+QUICK_OPS = 3000
+assert len(QUICK_IDS) == len(ALGS) + 3
+RUN = [(cid, o, min(n, QUICK_OPS), ml) for cid, o, n, ml in CONFIGS if cid in QUICK_IDS] \
+    if QUICK else CONFIGS
 
 
 def seed_for(cid):
@@ -78,7 +90,7 @@ def run_config(mount_factory, tmp_path, cid, options, nops, maxlen):
     return f
 
 
-@pytest.mark.parametrize("cid,options,nops,maxlen", CONFIGS, ids=[c[0] for c in CONFIGS])
+@pytest.mark.parametrize("cid,options,nops,maxlen", RUN, ids=[c[0] for c in RUN])
 def test_fsx(mount_factory, tmp_path, cid, options, nops, maxlen):
     run_config(mount_factory, tmp_path, cid, options, nops, maxlen)
 

@@ -13,6 +13,7 @@ import time
 
 import pytest
 
+from fsutil import text
 from mountlib import run_cli
 from test_identity import FIELDS, shown
 from test_pack import data, wr
@@ -20,11 +21,6 @@ from test_pack import data, wr
 DAY = 86400
 RULES = "/hdb/** lz4/64K after 1d zstd:6/256K\n* zstd:1\n"
 IDS = ".sqz-tmp.ids"
-
-
-def text(n, seed):
-    return b"".join(b"%08d line of seed %d with some text\n" % (i, seed)
-                    for i in range(n // 36 + 1))[:n]
 
 
 def recompress(path, spec=b"gzip:9"):

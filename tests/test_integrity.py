@@ -220,6 +220,17 @@ EIO_BOUNDS = {"header": (None, None), "checkpoint": (None, None),
               "commit": (0, 2), "last": (0, 2)}
 
 
+# what the TSan stage runs (SQZ_QUICK=1, conftest.py): the matrix at
+# 128K blocks in every state (the daemon's ends: kill, unmount, SIGTERM),
+# and every other test; the 4K matrix reads 2,560 blocks per region
+# through the same code and runs in the plain stage.
+SANITIZER_SUBSET = {f"test_corruption_matrix[{st}-128K]" for st in STATES} | {
+    "test_corruption_matrix_small_files", "test_crash_while_appending_then_damage",
+    "test_verify_reports_uncommitted_tail", "test_closed_file_becomes_durable_in_background",
+    "test_corruption_matrix_packed_files", "test_verify_flags_damaged_packed_files",
+}
+
+
 def matrix_seed(*key):
     """A data seed per case, the same in every run (hash() of a str is
     salted per process) and named in every failure message."""

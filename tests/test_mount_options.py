@@ -9,26 +9,12 @@ import time
 import pytest
 
 from conftest import run_as
+from fsutil import rd, text, wr
 from mountlib import is_mounted, mount_stats, run_cli, squeezefs_bin
 
 KiB = 1024
 MiB = 1024 * 1024
 NOBODY = 65534
-
-
-def text(n, seed=0):
-    line = b"".join(b"row %07d squeezefs mount option test %d\n" % (i, seed) for i in range(2048))
-    return (line * (n // len(line) + 1))[:n]
-
-
-def wr(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def rd(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def sqz_stat(path):

@@ -9,6 +9,7 @@ import time
 import pytest
 
 from conftest import run_as
+from fsutil import rd, text, wr
 from mountlib import RENAME_EXCHANGE, renameat2, run_cli
 
 KiB = 1024
@@ -17,22 +18,6 @@ POLICY = "user.squeezefs.policy"
 EFFECTIVE = "user.squeezefs.effective"
 RECOMPRESS = "user.squeezefs.recompress"
 NOBODY = 65534
-
-
-def text(n, seed=0):
-    line = b"".join(b"%06d the quick brown fox jumps over the lazy dog %d\n" % (i, seed)
-                    for i in range(2048))
-    return (line * (n // len(line) + 1))[:n]
-
-
-def wr(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
-
-
-def rd(path):
-    with open(path, "rb") as f:
-        return f.read()
 
 
 def params(path):

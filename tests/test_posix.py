@@ -12,6 +12,7 @@ import subprocess
 
 import pytest
 
+from fsutil import rd, text, wr
 from mountlib import run_cli, squeezefs_bin
 
 KiB = 1024
@@ -39,23 +40,6 @@ def fallocate(fd, mode, off, length):
     if f(fd, mode, off, length) != 0:
         e = ctypes.get_errno()
         raise OSError(e, os.strerror(e))
-
-
-def wr(path, data, mode="wb"):
-    with open(path, mode) as f:
-        f.write(data)
-
-
-def rd(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def text(n, seed=0):
-    """Compressible, position-dependent text of n bytes."""
-    line = b"".join(b"line %08d of squeezefs test data seed %d\n" % (i, seed)
-                    for i in range(4096))
-    return (line * (n // len(line) + 1))[:n]
 
 
 def sqz_cat(path):

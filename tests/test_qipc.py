@@ -15,6 +15,7 @@ import subprocess
 
 import pytest
 
+from fsutil import text
 from mountlib import run_cli, squeezefs_bin
 
 KiB = 1024
@@ -163,12 +164,6 @@ def longs(n, seed, sort=False):
     r = random.Random(seed)
     v = [r.randrange(1000) for _ in range(n)]
     return struct.pack(f"<{n}q", *(sorted(v) if sort else v))
-
-
-def text(n, seed=0):
-    line = b"".join(b"%06d the quick brown fox jumps over the lazy dog %d\n" % (i, seed)
-                    for i in range(2048))
-    return (line * (n // len(line) + 1))[:n]
 
 
 def xor_collisions(n, seed):

@@ -1,5 +1,5 @@
 """Real programs on a squeezefs mount: PostgreSQL (pgbench, immediate stop,
-restart), SQLite in WAL mode, git (commit, gc, fsck), tar + diff -r.
+restart; --long only), SQLite in WAL mode, git (commit, gc, fsck), tar + diff -r.
 Each test skips with a message if its program is missing."""
 import os
 import pwd
@@ -57,7 +57,10 @@ def world_mount():
         shutil.rmtree(top, ignore_errors=True)
 
 
-@pytest.mark.slow
+# The default run has PostgreSQL in tests/test_db.py (pgbench, the daemon
+# killed under it, recovery, the invariant and pg_amcheck): a harsher case
+# of this one (an immediate stop with the daemon alive).
+@pytest.mark.long
 def test_postgresql_pgbench(world_mount):
     initdb, pg_ctl, pgbench, psql = (find_pg(n) for n in ("initdb", "pg_ctl", "pgbench", "psql"))
     if not all((initdb, pg_ctl, pgbench, psql)):
@@ -148,7 +151,7 @@ def test_git_commit_gc_fsck(mount_factory):
     with open(os.path.join(repo, "d0", "e0", "file0.txt"), "ab") as f:
         f.write(b"change\n")
     git("commit", "-q", "-a", "-m", "change")
-    git("gc", "-q", "--aggressive")
+    git("gc", "-q")                      # repack, prune the loose objects
     git("fsck", "--full", "--strict")
     assert git("rev-list", "--count", "HEAD").strip() == "2"
     assert git("status", "--porcelain").strip() == ""

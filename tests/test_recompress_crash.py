@@ -9,16 +9,8 @@ import subprocess
 import sys
 import time
 
+from fsutil import words
 from mountlib import run_cli, squeezefs_bin
-
-
-def text(n, seed):
-    rnd = random.Random(seed)
-    words = [b"trade", b"quote", b"IBM", b"MSFT", b"101.25", b"100", b"\n", b","]
-    out = bytearray()
-    while len(out) < n:
-        out += b",".join(rnd.choice(words) for _ in range(12)) + b"\n"
-    return bytes(out[:n])
 
 
 def algorithm(path):
@@ -37,7 +29,7 @@ def check_old_or_new(path, data, algs):
 
 
 def test_offline_recompress_killed(tmp_path):
-    data = text(12 << 20, 1)
+    data = words(12 << 20, 1)
     src = tmp_path / "plain"
     src.write_bytes(data)
     f = tmp_path / "f"
@@ -82,7 +74,7 @@ except OSError as e:
 
 def test_daemon_recompress_killed(mount_factory, tmp_path):
     backing = tmp_path / "backing"
-    data = text(12 << 20, 2)
+    data = words(12 << 20, 2)
     rnd = random.Random(11)
     m = mount_factory(backing=backing, options=["compress=zstd:1/64K"])
     with open(m.path("f"), "wb") as fh:

@@ -12,21 +12,13 @@ import shutil
 import struct
 import time
 
+from fsutil import words
 from mountlib import ROOT, run_cli
 
 # made by `squeezefs pack` of e1674e0 (format version 1) from 20,000 bytes
 # of text; sha256 of the text:
 V1_FIXTURE = os.path.join(ROOT, "tests", "fixtures", "v1-zstd-text.sqz")
 V1_SHA256 = "eec4549f2fc418ff41f5f4382cd632dbea5da13489228c3f9128a926bfaac29e"
-
-
-def text(n, seed):
-    rnd = random.Random(seed)
-    words = [b"int", b"char", b"struct", b"#define", b"return", b"(void)", b"\n", b";"]
-    out = bytearray()
-    while len(out) < n:
-        out += rnd.choice(words) + b" "
-    return bytes(out[:n])
 
 
 def version(path):
@@ -41,7 +33,7 @@ def test_small_and_empty_files_take_at_most_one_block(mount_factory):
     files = {"empty": b"", "one": b"x", "line": b"hello world\n",
              "rand2k": random.Random(1).randbytes(2000)}
     for n in (100, 1000, 3000, 4000, 4095):
-        files[f"text{n}"] = text(n, n)
+        files[f"text{n}"] = words(n, n)
     os.makedirs(m.path("d"))
     for name, data in files.items():
         with open(m.path("d", name), "wb") as f:
@@ -112,7 +104,7 @@ def test_torn_creation_reads_as_an_empty_file(mount_factory, tmp_path):
     reset was shown, and with the kernel writeback cache the kernel filled
     the bytes the daemon did not return with zeros)."""
     m = mount_factory()
-    data = text(3000, 5)
+    data = words(3000, 5)
     with open(m.path("src"), "wb") as f:
         f.write(data)
         f.flush()
@@ -160,7 +152,7 @@ def test_open_after_lookup_reuses_the_probed_container(mount_factory, tmp_path):
     the daemon once the kernel has forgotten it (its space is freed)."""
     backing = tmp_path / "shared"
     w = mount_factory(backing=backing, name="w", options=["nopack"])  # containers
-    files = {f"f{i}": text(500 + 37 * i, i) for i in range(40)}
+    files = {f"f{i}": words(500 + 37 * i, i) for i in range(40)}
     for name, data in files.items():
         with open(w.path(name), "wb") as f:
             f.write(data)
@@ -195,7 +187,7 @@ def test_open_after_lookup_reuses_the_probed_container(mount_factory, tmp_path):
     # opens it: the probed version must not be served
     r = mount_factory(options=["ro", "revalidate=1"], backing=backing, name="r")
     assert os.stat(r.path("f1")).st_size == len(files["f1"])
-    more = text(3000, 99)
+    more = words(3000, 99)
     with open(w.path("f1"), "ab") as f:
         f.write(more)
     with open(r.path("f1"), "rb") as f:
@@ -233,7 +225,7 @@ def test_directory_listing_gives_logical_sizes(mount_factory):
     renamed or removed after the listing are seen as such."""
     m = mount_factory()
     os.mkdir(m.path("d"))
-    files = {f"f{i:03d}": text(100 + 211 * i, i) for i in range(150)}
+    files = {f"f{i:03d}": words(100 + 211 * i, i) for i in range(150)}
     for name, data in files.items():
         with open(m.path("d", name), "wb") as f:
             f.write(data)
@@ -277,7 +269,7 @@ def test_created_written_truncated_to_empty_before_any_commit(mount_factory):
         for i in range(20):
             p = m.path(f"f{i}")
             fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644)
-            os.write(fd, text(100 + 50 * i, i))
+            os.write(fd, words(100 + 50 * i, i))
             os.ftruncate(fd, 0)
             os.close(fd)
             with open(p, "rb") as f:

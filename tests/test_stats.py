@@ -4,6 +4,7 @@ import os
 import random
 
 
+from fsutil import text, wr
 from mountlib import mount_stats, run_cli
 
 KiB = 1024
@@ -30,19 +31,8 @@ FD_KEYS = {"inodes", "max_fds", "fd_handles", "fd_cached", "fd_cache_max", "fd_r
            "fd_evictions", "fd_stale"}
 
 
-def text(n, seed=0):
-    line = b"".join(b"%07d lorem ipsum dolor sit amet, consectetur %d\n" % (i, seed)
-                    for i in range(4096))
-    return (line * (n // len(line) + 1))[:n]
-
-
 def delta(a, b):
     return {k: b[k] - a[k] for k in KEYS}
-
-
-def wr(path, data):
-    with open(path, "wb") as f:
-        f.write(data)
 
 
 def test_stats_keys(mnt):

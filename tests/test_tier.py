@@ -4,6 +4,7 @@ guarantees (files open for writing are skipped; a file written while it is
 being tiered keeps the writer's data and its tiering is abandoned; readers
 read correct bytes during the pass; kill -9 mid-pass leaves each file old or
 new with the same bytes and verify clean) and the daemon option tier=."""
+import functools
 import hashlib
 import json
 import os
@@ -14,24 +15,15 @@ import time
 
 import pytest
 
+from fsutil import words
 from mountlib import Mount, run_cli, squeezefs_bin
 
 MiB = 1 << 20
 DAY = 86400
 TIER = "user.squeezefs.tier"
 RULES = "/hdb/** lz4/64K after 1d zstd:6/256K\n* zstd:1\n"
-
-
-def text(n, seed):
-    rnd = random.Random(seed)
-    words = [b"trade", b"quote", b"IBM", b"MSFT", b"101.25", b"100", b"NYSE",
-             b"12:00:01.123", b"\n", b","]
-    out = bytearray()
-    while len(out) < n:
-        out += b",".join(rnd.choice(words) for _ in range(16)) + b"\n"
-        if rnd.random() < 0.05:
-            out += rnd.randbytes(64)
-    return bytes(out[:n])
+# market-data-like text, now and then a few random bytes
+ticks = functools.partial(words, per_line=16, noise=0.05)
 
 
 def put(path, data, age=None):
@@ -107,12 +99,12 @@ def test_policy_syntax_and_cli(tmp_path, mount_factory):
 def test_tier_cli_age_boundary_dry_run(tmp_path, mount_factory):
     m = mount_factory(options=["policy=" + rules_file(tmp_path)])
     files = {
-        "hdb/d1/trade/price": (text(3 * MiB, 1), DAY + 120),      # past 1d: due
-        "hdb/d1/trade/size": (text(2 * MiB, 2), DAY - 120),       # 2 minutes short
-        "hdb/d2/quote/bid": (text(1 * MiB, 3), 40 * DAY),         # due
+        "hdb/d1/trade/price": (ticks(3 * MiB, 1), DAY + 120),      # past 1d: due
+        "hdb/d1/trade/size": (ticks(2 * MiB, 2), DAY - 120),       # 2 minutes short
+        "hdb/d2/quote/bid": (ticks(1 * MiB, 3), 40 * DAY),         # due
         # due, with 3 MiB of zeros (holes in the new container)
-        "hdb/d2/quote/ask": (text(MiB, 9) + bytes(3 * MiB) + text(MiB + 77, 10), 40 * DAY),
-        "other/old": (text(1 * MiB, 4), 40 * DAY),                # no after clause
+        "hdb/d2/quote/ask": (ticks(MiB, 9) + bytes(3 * MiB) + ticks(MiB + 77, 10), 40 * DAY),
+        "other/old": (ticks(1 * MiB, 4), 40 * DAY),                # no after clause
     }
     for rel, (data, age) in files.items():
         put(m.path(rel), data, age)
@@ -170,7 +162,7 @@ def test_tier_cli_age_boundary_dry_run(tmp_path, mount_factory):
 
 def test_open_writer_skipped(tmp_path, mount_factory):
     m = mount_factory(options=["policy=" + rules_file(tmp_path)])
-    data = text(2 * MiB, 5)
+    data = ticks(2 * MiB, 5)
     put(m.path("hdb/f"), data, 2 * DAY)
     fd = os.open(m.path("hdb/f"), os.O_WRONLY)
     try:
@@ -188,7 +180,7 @@ def test_open_writer_skipped(tmp_path, mount_factory):
 
 def test_writer_during_tiering_abandons(tmp_path, mount_factory):
     m = mount_factory(options=["policy=" + rules_file(tmp_path)])
-    data = bytearray(text(16 * MiB, 6))
+    data = bytearray(ticks(16 * MiB, 6))
     put(m.path("hdb/f"), bytes(data), 2 * DAY)
     p = subprocess.Popen([squeezefs_bin(), "tier", "--max-rate", "4", m.path("hdb")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -219,9 +211,9 @@ def test_rename_unlink_truncate_during_tiering_abandon(tmp_path, mount_factory):
     copy is made is not put back: the tiering is abandoned, the change
     stands. (squeezefs tier uses an ioctl, so none of these waits for it.)"""
     m = mount_factory(options=["policy=" + rules_file(tmp_path)])
-    data = text(12 * MiB, 7)
+    data = ticks(12 * MiB, 7)
     put(m.path("hdb/a"), data, 2 * DAY)
-    put(m.path("hdb/gone"), text(12 * MiB, 8), 2 * DAY)
+    put(m.path("hdb/gone"), ticks(12 * MiB, 8), 2 * DAY)
     put(m.path("hdb/t"), data, 2 * DAY)
     for name, act in (("a", lambda: os.rename(m.path("hdb/a"), m.path("hdb/b"))),
                       ("gone", lambda: os.unlink(m.path("hdb/gone"))),
@@ -246,7 +238,7 @@ def test_rename_unlink_truncate_during_tiering_abandon(tmp_path, mount_factory):
 
 def test_readers_during_pass(tmp_path, mount_factory):
     m = mount_factory(options=["policy=" + rules_file(tmp_path)])
-    datas = {f"hdb/p{i}": text(6 * MiB, 10 + i) for i in range(3)}
+    datas = {f"hdb/p{i}": ticks(6 * MiB, 10 + i) for i in range(3)}
     for rel, d in datas.items():
         put(m.path(rel), d, 3 * DAY)
     errors, reads = [], [0]
@@ -293,7 +285,7 @@ def test_kill9_mid_pass(tmp_path, mount_factory):
     rf = rules_file(tmp_path)
     opts = ["policy=" + rf]
     m = mount_factory(backing=backing, options=opts)
-    datas = {f"hdb/p{i}": text(8 * MiB, 20 + i) for i in range(3)}
+    datas = {f"hdb/p{i}": ticks(8 * MiB, 20 + i) for i in range(3)}
     for rel, d in datas.items():
         put(m.path(rel), d, 5 * DAY)
     rnd = random.Random(16)
@@ -347,10 +339,10 @@ def test_daemon_option_background_pass(tmp_path, mount_factory):
     backing = tmp_path / "backing"
     rf = rules_file(tmp_path)
     m = mount_factory(backing=backing, options=["policy=" + rf])
-    datas = {f"hdb/d{i}/col": text(2 * MiB, 30 + i) for i in range(6)}
+    datas = {f"hdb/d{i}/col": ticks(2 * MiB, 30 + i) for i in range(6)}
     for rel, d in datas.items():
         put(m.path(rel), d, 2 * DAY)
-    put(m.path("hdb/young"), text(MiB, 40), 3600)
+    put(m.path("hdb/young"), ticks(MiB, 40), 3600)
     assert m.unmount() == 0
     # a slow background pass, stopped by an unmount mid-way, resumes after a remount
     m = mount_factory(backing=backing, options=["policy=" + rf, "tier=1s", "tier_rate=4M"])
@@ -376,7 +368,7 @@ def test_daemon_option_background_pass(tmp_path, mount_factory):
     out = run_cli("stats", m.mnt).stdout
     assert "tier                   every 1 s, unlimited" in out and "tier_last_pass" in out
     # a file open for writing is skipped by the background pass too
-    put(m.path("hdb/late"), text(MiB, 41), 2 * DAY)
+    put(m.path("hdb/late"), ticks(MiB, 41), 2 * DAY)
     fd = os.open(m.path("hdb/late"), os.O_WRONLY)
     try:
         passes = st()["tier_passes"]

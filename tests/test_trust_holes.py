@@ -15,20 +15,11 @@ import time
 import pytest
 
 from conftest import run_as
+from fsutil import rd, words, wr
 from mountlib import run_cli, squeezefs_bin
 
 PTR_XATTR = "user.squeezefs.packed"
 CTR_MAGIC = b"SQZFS\x00\x01\x1a"
-
-
-def rd(path):
-    with open(path, "rb") as f:
-        return f.read()
-
-
-def wr(path, content):
-    with open(path, "wb") as f:
-        f.write(content)
 
 
 def has_pointer(bpath):
@@ -145,15 +136,6 @@ def test_stale_pointer_on_a_container_emptied_counts_for_nothing(mount_factory):
 # ------------------------------------------------- hidden temporaries
 
 
-def text(n, seed):
-    rnd = random.Random(seed)
-    words = [b"trade", b"quote", b"IBM", b"MSFT", b"101.25", b"100", b"\n"]
-    out = bytearray()
-    while len(out) < n:
-        out += b",".join(rnd.choice(words) for _ in range(12)) + b"\n"
-    return bytes(out[:n])
-
-
 def daemon_temps(bdir):
     return sorted(n for n in os.listdir(bdir) if TEMP_RE.match(n))
 
@@ -180,7 +162,7 @@ def test_leftover_temporaries_are_reported_and_removed(mount_factory, tmp_path):
     opts = ["policy=" + str(rules), "nopack"]
     m = mount_factory(options=opts)
     os.makedirs(m.path("d"))
-    data = text(3 << 20, 1)
+    data = words(3 << 20, 1)
     wr(m.path("d", "f"), data)
     old = time.time() - 2 * 86400
     os.utime(m.path("d", "f"), (old, old))
@@ -241,7 +223,7 @@ def test_listing_keeps_the_temporary_of_a_running_job(mount_factory, tmp_path):
     rules.write_text("/hdb/** lz4/64K after 1d zstd:6/256K\n* zstd:1\n")
     m = mount_factory(options=["policy=" + str(rules), "nopack"])
     os.makedirs(m.path("hdb"))
-    data = text(3 << 20, 2)
+    data = words(3 << 20, 2)
     wr(m.path("hdb", "f"), data)
     old = time.time() - 2 * 86400
     os.utime(m.path("hdb", "f"), (old, old))

@@ -33,8 +33,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from fio_compare import drop_caches_or_fail as drop_caches  # noqa: E402
-from fio_compare import FuseMount, PASSTHROUGH_OPTS, parse_size, is_mounted  # noqa: E402
+from benchlib import drop_caches_or_fail as drop_caches  # noqa: E402
+from benchlib import FuseMount, FuseTarget, PASSTHROUGH_OPTS, parse_size, is_mounted  # noqa: E402
 
 MiB = 1 << 20
 
@@ -97,7 +97,7 @@ def stats(sqz, mnt):
     return json.loads(p.stdout)
 
 
-class T:
+class T(FuseTarget):
     def __init__(self, name, kind, opts, base, sqz):
         self.name, self.kind, self.opts = name, kind, opts
         self.backing = os.path.join(base, name, "backing")
@@ -117,11 +117,6 @@ class T:
     @property
     def dir(self):
         return self.mnt if self.fuse else self.backing
-
-    def remount(self):
-        if self.fuse:
-            self.fuse.stop()
-            self.fuse.start()
 
     def stop(self):
         if self.fuse:

@@ -51,7 +51,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from fio_compare import (PASSTHROUGH_OPTS, FuseMount, du_bytes,  # noqa: E402
+from benchlib import (PASSTHROUGH_OPTS, FuseMount, du_bytes,  # noqa: E402
                          drop_caches, is_mounted)
 
 PGBIN = "/usr/lib/postgresql/15/bin"

@@ -32,7 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from fio_compare import drop_caches_or_fail as drop_caches  # noqa: E402
+from benchlib import drop_caches_or_fail as drop_caches  # noqa: E402
 from glusterlib import Gluster, GlusterUnavailable  # noqa: E402
 from mountlib import Mount, squeezefs_bin  # noqa: E402
 

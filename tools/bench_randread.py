@@ -42,8 +42,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tools"))
-from fio_compare import drop_caches_or_fail as drop_caches  # noqa: E402
-from fio_compare import FuseMount, PASSTHROUGH_OPTS, is_mounted  # noqa: E402
+from benchlib import drop_caches_or_fail as drop_caches  # noqa: E402
+from benchlib import FuseMount, PASSTHROUGH_OPTS, is_mounted  # noqa: E402
 
 MB = 1 << 20
 

@@ -52,7 +52,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from fio_compare import PASSTHROUGH_OPTS, FuseMount, drop_caches  # noqa: E402
+from benchlib import FuseTarget, drop_caches  # noqa: E402
 
 DEFAULT_TREES = ["/usr/include", "/usr/lib/python3", "/usr/share/perl"]
 
@@ -172,10 +172,9 @@ def compsize_disk(path):
     raise RuntimeError(f"compsize: no TOTAL line:\n{out}")
 
 
-class Target:
+class Target(FuseTarget):
     def __init__(self, name, kind, binary=None, opts=""):
         self.name, self.kind, self.binary, self.opts = name, kind, binary, opts
-        self.fuse = None
         self.backing = None
 
     def setup(self, base, btrfs):
@@ -186,25 +185,11 @@ class Target:
         os.makedirs(self.backing)
         if self.kind == "raw":
             return self.backing
-        mnt = os.path.join(base, "mnt")
-        if self.kind == "mergerfs":
-            cmd = ["mergerfs", "-f", "-o", PASSTHROUGH_OPTS, self.backing, mnt]
-        else:
-            cmd = [self.binary, "-f"] + (["-o", self.opts] if self.opts else [])
-            cmd += [self.backing, mnt]
-        self.fuse = FuseMount(cmd, mnt, os.path.join(base, "daemon.log"))
-        self.fuse.start()
-        return mnt
-
-    def remount(self):
-        if self.fuse:
-            self.fuse.stop()
-            self.fuse.start()
+        return self.mount_fuse(self.kind, self.binary, self.opts, self.backing,
+                               os.path.join(base, "mnt"), os.path.join(base, "daemon.log"))
 
     def teardown(self):
-        if self.fuse:
-            self.fuse.stop()
-            self.fuse = None
+        self.unmount_fuse()
         if self.backing:
             shutil.rmtree(self.backing, ignore_errors=True)
             self.backing = None

@@ -15,7 +15,6 @@ import argparse
 import csv
 import json
 import os
-import re
 import shutil
 import signal
 import statistics
@@ -24,99 +23,30 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import benchlib
+from benchlib import ROOT, PASSTHROUGH_OPTS, FuseTarget, du_bytes, parse_size
+
 FIO_DIR = os.path.join(ROOT, "tools", "fio")
 ALL_JOBS = ["seq-write-1m", "seq-read-1m", "rand-read-4k", "log-append",
             "mixed-randrw"]
 # Jobs that repeat until --runtime is over (the others stop after one pass
 # over the file, or at --runtime).
 TIME_BASED = {"rand-read-4k", "mixed-randrw"}
-PASSTHROUGH_OPTS = "cache.files=partial,category.create=ff,minfreespace=0,fsname=passthrough"
 
 
 def log(msg):
-    print(f"fio-compare: {msg}", file=sys.stderr, flush=True)
-
-
-def unescape_mountinfo(field):
-    """mountinfo writes space, tab, newline and backslash as \\ooo."""
-    return re.sub(r"\\([0-3][0-7][0-7])", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def is_mounted(path):
-    path = os.path.realpath(path)
-    with open("/proc/self/mountinfo") as f:
-        return any(unescape_mountinfo(line.split()[4]) == path for line in f)
-
-
-def drop_caches_or_fail():
-    """sync + drop the page cache (needs root); raises if impossible (for
-    benchmarks whose 'cold' figures must not silently be warm)."""
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
+    benchlib.log(msg, "fio-compare")
 
 
 def drop_caches(state):
-    """sync + drop the page cache (needs root); warns once if impossible."""
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-    except OSError as e:
-        if not state.get("warned"):
-            log(f"warning: cannot drop the page cache ({e}); reads may be warm")
-            state["warned"] = True
+    benchlib.drop_caches(state, "fio-compare")
 
 
-class FuseMount:
-    """A FUSE daemon in the foreground (squeezefs -f / mergerfs -f)."""
-
-    def __init__(self, cmd, mnt, logpath):
-        self.cmd, self.mnt, self.logpath = cmd, mnt, logpath
-        self.proc = None
-
-    def start(self, timeout=20):
-        os.makedirs(self.mnt, exist_ok=True)
-        with open(self.logpath, "ab") as lf:
-            self.proc = subprocess.Popen(self.cmd, stdout=lf, stderr=subprocess.STDOUT)
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            if is_mounted(self.mnt):
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        with open(self.logpath, "rb") as f:
-            tail = f.read()[-2000:].decode(errors="replace")
-        raise RuntimeError(f"mount failed: {' '.join(self.cmd)}\n{tail}")
-
-    def stop(self):
-        if self.proc is None:
-            return
-        if is_mounted(self.mnt):
-            for _ in range(50):
-                r = subprocess.run(["fusermount3", "-u", self.mnt], capture_output=True)
-                if r.returncode == 0 or not is_mounted(self.mnt):
-                    break
-                time.sleep(0.1)
-            else:
-                subprocess.run(["fusermount3", "-uz", self.mnt], capture_output=True)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-
-class Target:
+class Target(FuseTarget):
     """Where a job runs: name, how to mount, extra info for the table."""
 
     def __init__(self, name, kind, opts=""):
         self.name, self.kind, self.opts = name, kind, opts
-        self.fuse = None
         self.backing = self.mnt = None
 
     def setup(self, base, args):
@@ -127,26 +57,11 @@ class Target:
         self.fuse = None
         if self.kind == "raw":
             return self.backing
-        if self.kind == "passthrough":
-            cmd = ["mergerfs", "-f", "-o", self.opts, self.backing, self.mnt]
-        else:
-            cmd = [args.squeezefs, "-f"]
-            if self.opts:
-                cmd += ["-o", self.opts]
-            cmd += [self.backing, self.mnt]
-        self.fuse = FuseMount(cmd, self.mnt, os.path.join(base, "daemon.log"))
-        self.fuse.start()
-        return self.mnt
-
-    def remount(self):
-        if self.fuse:
-            self.fuse.stop()
-            self.fuse.start()
+        return self.mount_fuse(self.kind, args.squeezefs, self.opts, self.backing, self.mnt,
+                               os.path.join(base, "daemon.log"))
 
     def teardown(self):
-        if self.fuse:
-            self.fuse.stop()
-            self.fuse = None
+        self.unmount_fuse()
 
 
 def job_reads(jobfile):
@@ -157,17 +72,6 @@ def job_reads(jobfile):
                 v = line[3:]
                 return "read" in v or v in ("rw", "readwrite", "randrw")
     return False
-
-
-def du_bytes(path):
-    total = 0
-    for dp, _, files in os.walk(path):
-        for fn in files:
-            try:
-                total += os.lstat(os.path.join(dp, fn)).st_blocks * 512
-            except OSError:
-                pass
-    return total
 
 
 def fio_cmd(job, workdir, args, extra=()):
@@ -326,14 +230,6 @@ class SlowStorage:
 
 
 # ---------------------------------------------------------------- main
-def parse_size(s):
-    s = s.strip().lower().rstrip("b")
-    mult = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-    if s and s[-1] in mult:
-        return int(float(s[:-1]) * mult[s[-1]])
-    return int(s)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)

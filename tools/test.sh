@@ -191,7 +191,9 @@ st_pytest() {
         run_pytest "$PYTEST_TIMEOUT" tests/ --basetemp="$WORK/pytest" "${EXTRA_PYTEST[@]}"
 }
 
-# The ASan/UBSan daemon under the POSIX, CLI, fsx and packed-file tests. Sanitizer
+# The ASan/UBSan daemon under the POSIX, CLI, fsx and packed-file tests
+# (SQZ_QUICK=1: fsx one configuration per algorithm, the packed-file tests'
+# SANITIZER_SUBSET; with --long all of them). Sanitizer
 # reports go to files (also when the daemon runs detached from a test's
 # stderr); any report fails the stage.
 st_pytest_asan() {
@@ -215,7 +217,8 @@ st_pytest_asan() {
 }
 
 # The TSan daemon under the concurrency, stress, integrity, tiering,
-# small-file and packed-file suites (with
+# small-file and packed-file suites (SQZ_QUICK=1: of the integrity and
+# packed-file tests their SANITIZER_SUBSET; with
 # --long also the POSIX and fault suites). Any TSan report fails the stage.
 st_pytest_tsan() {
     [[ -x build-tsan/squeezefs ]] || { echo "build-tsan/squeezefs missing: the build failed" >&2; return 1; }
@@ -287,6 +290,33 @@ st_fuzz() {
     tail -n 3 "$log"
 }
 
+# The targets are fuzzed side by side, one per core (each is one process,
+# and -max_total_time is wall time: more at once than cores would fuzz
+# each less): FUZZ_SECONDS each, in waves of $(nproc) targets. Each target
+# is still a stage of its own; its output follows when its wave is done.
+fuzz_wave() {
+    local t t0=$SECONDS
+    echo
+    echo "=================== [fuzz] $* side by side ($(date +%H:%M:%S))"
+    for t in "$@"; do
+        ( set +e; ( set -euo pipefail; st_fuzz "$t" ) >"$WORK/fuzz-$t.out" 2>&1
+          echo $? >"$WORK/fuzz-$t.rc" ) &
+    done
+    wait
+    echo "=================== [fuzz] $* done in $(fmt_time $((SECONDS - t0)))"
+    for t in "$@"; do run_stage "fuzz-$t" fuzz_result "$t"; done
+}
+fuzz_result() { cat "$WORK/fuzz-$1.out"; return "$(cat "$WORK/fuzz-$1.rc")"; }
+run_fuzzers() {
+    local n wave=() t
+    n=$(nproc)
+    for t in "${FUZZERS[@]}"; do
+        wave+=("$t")
+        if [[ ${#wave[@]} -ge $n ]]; then fuzz_wave "${wave[@]}"; wave=(); fi
+    done
+    [[ ${#wave[@]} -eq 0 ]] || fuzz_wave "${wave[@]}"
+}
+
 # ---------------------------------------------------------------- run
 echo "test.sh: $(nproc) cores, long=$LONG quick=$QUICK, fuzz ${FUZZ_SECONDS}s/target, work dir $WORK"
 if [[ $INSTALL -eq 1 ]]; then
@@ -309,13 +339,13 @@ if [[ $QUICK -eq 0 ]]; then
     run_stage pytest-asan st_pytest_asan
     run_stage pytest-tsan st_pytest_tsan
     run_stage fuzz-build st_fuzz_build
-    for t in "${FUZZERS[@]}"; do
-        if failed_stage fuzz-build; then
+    if failed_stage fuzz-build; then
+        for t in "${FUZZERS[@]}"; do
             echo "[fuzz-$t] not run: fuzz-build failed"; FAILED+=("fuzz-$t")
-        else
-            run_stage "fuzz-$t" st_fuzz "$t"
-        fi
-    done
+        done
+    else
+        run_fuzzers
+    fi
 else
     SKIPPED+=(build-asan build-tsan unit-asan unit-tsan pytest-asan pytest-tsan fuzz-build)
 fi
