@@ -2,6 +2,7 @@
 #include "daemon/opts.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -225,180 +226,222 @@ static int parse_seconds(const char *val, long max, int *out)
     return 0;
 }
 
-/* Handle one option (key, val; val NULL when there is no '='). */
-static int one_option(struct sqz_mount_opts *o, const char *key,
-                      const char *val, char *err, size_t errlen)
-{
-    char msg[256];
-    int has_val = val != NULL;
+/* ---- options with a value: one parser each (val may be NULL: none) ---- */
 
-    if (!*key) {
-        if (!has_val)
-            return 0; /* empty element (",,") */
-        sqz_errf(err, errlen, "option '=%s' has no name", val);
+typedef int opt_fn(struct sqz_mount_opts *o, const char *val, char *err,
+                   size_t errlen);
+
+static const char *shown(const char *val)
+{
+    return val ? val : "";
+}
+
+static int opt_compress(struct sqz_mount_opts *o, const char *val, char *err,
+                        size_t errlen)
+{
+    char msg[256] = "";
+    if (!val || !*val) {
+        sqz_errf(err, errlen, "option compress= needs a SPEC (e.g. zstd:3/128K)");
         return -EINVAL;
     }
-    if (strcmp(key, "compress") == 0) {
-        if (!has_val || !*val) {
-            sqz_errf(err, errlen, "option compress= needs a SPEC (e.g. zstd:3/128K)");
-            return -EINVAL;
-        }
-        sqz_spec s;
-        msg[0] = '\0';
-        if (sqz_spec_parse(val, &s, msg, sizeof(msg)) != 0) {
-            sqz_errf(err, errlen, "compress=%s: %s", val, msg[0] ? msg : "invalid SPEC");
-            return -EINVAL;
-        }
-        o->spec = s;
-        return 0;
+    sqz_spec s;
+    if (sqz_spec_parse(val, &s, msg, sizeof(msg)) != 0) {
+        sqz_errf(err, errlen, "compress=%s: %s", val, msg[0] ? msg : "invalid SPEC");
+        return -EINVAL;
     }
-    if (strcmp(key, "block") == 0) {
-        int l2 = 0;
-        msg[0] = '\0';
-        if (!has_val || sqz_parse_block(val, &l2, msg, sizeof(msg)) != 0 ||
-            l2 < SQZ_LOG2BS_MIN || l2 > SQZ_LOG2BS_MAX) {
-            sqz_errf(err, errlen, "block=%s: %s", has_val ? val : "",
-                    msg[0] ? msg : "block size must be a power of two 4K..1M or 12..20");
-            return -EINVAL;
-        }
-        o->block_log2 = l2;
-        return 0;
+    o->spec = s;
+    return 0;
+}
+
+static int opt_block(struct sqz_mount_opts *o, const char *val, char *err,
+                     size_t errlen)
+{
+    char msg[256] = "";
+    int l2 = 0;
+    if (!val || sqz_parse_block(val, &l2, msg, sizeof(msg)) != 0 ||
+        l2 < SQZ_LOG2BS_MIN || l2 > SQZ_LOG2BS_MAX) {
+        sqz_errf(err, errlen, "block=%s: %s", shown(val),
+                 msg[0] ? msg : "block size must be a power of two 4K..1M or 12..20");
+        return -EINVAL;
     }
-    if (strcmp(key, "cache") == 0) {
-        size_t b = 0;
-        if (!has_val || sqz_parse_size(val, &b) != 0) {
-            sqz_errf(err, errlen, "cache=%s: expected a size such as 256M or 1G",
-                    has_val ? val : "");
-            return -EINVAL;
-        }
-        o->cache_bytes = b;
-        return 0;
+    o->block_log2 = l2;
+    return 0;
+}
+
+static int opt_cache(struct sqz_mount_opts *o, const char *val, char *err,
+                     size_t errlen)
+{
+    size_t b = 0;
+    if (!val || sqz_parse_size(val, &b) != 0) {
+        sqz_errf(err, errlen, "cache=%s: expected a size such as 256M or 1G", shown(val));
+        return -EINVAL;
     }
-    if (strcmp(key, "readahead") == 0) {
-        size_t b = 0;
-        if (!has_val || sqz_parse_size(val, &b) != 0 ||
-            (b != 0 && (b < 4096 || b > SQZ_MAX_READAHEAD_BYTES))) {
-            sqz_errf(err, errlen,
-                     "readahead=%s: expected 0 (kernel default) or a size 4K..64M",
-                     has_val ? val : "");
-            return -EINVAL;
-        }
-        o->readahead_bytes = b;
-        return 0;
+    o->cache_bytes = b;
+    return 0;
+}
+
+static int opt_readahead(struct sqz_mount_opts *o, const char *val, char *err,
+                         size_t errlen)
+{
+    size_t b = 0;
+    if (!val || sqz_parse_size(val, &b) != 0 ||
+        (b != 0 && (b < 4096 || b > SQZ_MAX_READAHEAD_BYTES))) {
+        sqz_errf(err, errlen,
+                 "readahead=%s: expected 0 (kernel default) or a size 4K..64M", shown(val));
+        return -EINVAL;
     }
-    if (strcmp(key, "revalidate") == 0) {
-        if (parse_seconds(val, SQZ_MAX_REVALIDATE_S, &o->revalidate_s) != 0) {
-            sqz_errf(err, errlen, "revalidate=%s: expected seconds 0..86400 "
-                     "(0: only at open)", has_val ? val : "");
-            return -EINVAL;
-        }
-        return 0;
+    o->readahead_bytes = b;
+    return 0;
+}
+
+static int opt_revalidate(struct sqz_mount_opts *o, const char *val,
+                          char *err, size_t errlen)
+{
+    if (parse_seconds(val, SQZ_MAX_REVALIDATE_S, &o->revalidate_s) != 0) {
+        sqz_errf(err, errlen, "revalidate=%s: expected seconds 0..86400 "
+                 "(0: only at open)", shown(val));
+        return -EINVAL;
     }
-    if (strcmp(key, "wait_writer") == 0) {
-        if (parse_seconds(val, SQZ_MAX_WAIT_WRITER_S, &o->wait_writer_s) != 0) {
-            sqz_errf(err, errlen, "wait_writer=%s: expected seconds 0..3600 "
-                     "(0: do not wait)", has_val ? val : "");
-            return -EINVAL;
-        }
-        return 0;
+    return 0;
+}
+
+static int opt_wait_writer(struct sqz_mount_opts *o, const char *val,
+                           char *err, size_t errlen)
+{
+    if (parse_seconds(val, SQZ_MAX_WAIT_WRITER_S, &o->wait_writer_s) != 0) {
+        sqz_errf(err, errlen, "wait_writer=%s: expected seconds 0..3600 "
+                 "(0: do not wait)", shown(val));
+        return -EINVAL;
     }
-    if (strcmp(key, "tier") == 0) {
-        if (!has_val || sqz_parse_interval(val, &o->tier_s) != 0) {
-            sqz_errf(err, errlen, "tier=%s: expected an interval such as 30s, 10m, 1h, "
-                     "1d (at most 365d), or off", has_val ? val : "");
-            return -EINVAL;
-        }
-        return 0;
+    return 0;
+}
+
+static int opt_tier(struct sqz_mount_opts *o, const char *val, char *err,
+                    size_t errlen)
+{
+    if (!val || sqz_parse_interval(val, &o->tier_s) != 0) {
+        sqz_errf(err, errlen, "tier=%s: expected an interval such as 30s, 10m, 1h, "
+                 "1d (at most 365d), or off", shown(val));
+        return -EINVAL;
     }
-    if (strcmp(key, "tier_rate") == 0) {
-        size_t b = 0;
-        if (!has_val || sqz_parse_size(val, &b) != 0) {
-            sqz_errf(err, errlen, "tier_rate=%s: expected bytes per second such as 50M "
-                     "(0: unlimited)", has_val ? val : "");
-            return -EINVAL;
-        }
-        o->tier_rate = b;
-        return 0;
+    return 0;
+}
+
+static int opt_tier_rate(struct sqz_mount_opts *o, const char *val, char *err,
+                         size_t errlen)
+{
+    size_t b = 0;
+    if (!val || sqz_parse_size(val, &b) != 0) {
+        sqz_errf(err, errlen, "tier_rate=%s: expected bytes per second such as 50M "
+                 "(0: unlimited)", shown(val));
+        return -EINVAL;
     }
-    if (strcmp(key, "threads") == 0) {
-        if (!has_val || parse_threads(val, &o->threads) != 0) {
-            sqz_errf(err, errlen, "threads=%s: expected a number 1..1024",
-                    has_val ? val : "");
-            return -EINVAL;
-        }
-        return 0;
+    o->tier_rate = b;
+    return 0;
+}
+
+static int opt_threads(struct sqz_mount_opts *o, const char *val, char *err,
+                       size_t errlen)
+{
+    if (!val || parse_threads(val, &o->threads) != 0) {
+        sqz_errf(err, errlen, "threads=%s: expected a number 1..1024", shown(val));
+        return -EINVAL;
     }
-    if (strcmp(key, "max_fds") == 0) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long n = has_val && *val != '-' && *val != '+'
-                                   ? strtoull(val, &end, 10) : 0;
-        if (!has_val || !*val || errno || *end || n < 16 || n > (1u << 24)) {
-            sqz_errf(err, errlen, "max_fds=%s: expected a number 16..16777216",
-                    has_val ? val : "");
-            return -EINVAL;
-        }
-        o->max_fds = (size_t)n;
-        return 0;
+    return 0;
+}
+
+static int opt_max_fds(struct sqz_mount_opts *o, const char *val, char *err,
+                       size_t errlen)
+{
+    char *end = NULL;
+    errno = 0;
+    unsigned long long n = val && *val != '-' && *val != '+'
+                               ? strtoull(val, &end, 10) : 0;
+    if (!val || !*val || errno || *end || n < 16 || n > (1u << 24)) {
+        sqz_errf(err, errlen, "max_fds=%s: expected a number 16..16777216", shown(val));
+        return -EINVAL;
     }
-    if (strcmp(key, "min_saving") == 0) {
-        if (!has_val || parse_min_saving(val, &o->min_saving) != 0) {
-            sqz_errf(err, errlen, "min_saving=%s: expected a percentage 0..100 (e.g. 12.5)",
-                    has_val ? val : "");
-            return -EINVAL;
-        }
-        return 0;
+    o->max_fds = (size_t)n;
+    return 0;
+}
+
+static int opt_min_saving(struct sqz_mount_opts *o, const char *val,
+                          char *err, size_t errlen)
+{
+    if (!val || parse_min_saving(val, &o->min_saving) != 0) {
+        sqz_errf(err, errlen, "min_saving=%s: expected a percentage 0..100 (e.g. 12.5)",
+                 shown(val));
+        return -EINVAL;
     }
-    if (strcmp(key, "policy") == 0) {
-        if (!has_val || !*val) {
-            sqz_errf(err, errlen, "option policy= needs a rule file path");
-            return -EINVAL;
-        }
-        char *p = strdup(val);
-        if (!p)
-            return -ENOMEM;
-        free(o->policy_file);
-        o->policy_file = p;
-        return 0;
+    return 0;
+}
+
+static int opt_policy(struct sqz_mount_opts *o, const char *val, char *err,
+                      size_t errlen)
+{
+    if (!val || !*val) {
+        sqz_errf(err, errlen, "option policy= needs a rule file path");
+        return -EINVAL;
     }
-    if (!has_val && (strcmp(key, "writeback") == 0 ||
-                     strcmp(key, "writeback_cache") == 0)) {
-        o->writeback = 1;
-        return 0;
-    }
-    if (!has_val && (strcmp(key, "nowriteback") == 0 ||
-                     strcmp(key, "no_writeback_cache") == 0)) {
-        o->writeback = 0;
-        return 0;
-    }
-    if (!has_val && (strcmp(key, "pack") == 0 || strcmp(key, "nopack") == 0)) {
-        o->pack = key[0] == 'p';
-        return 0;
-    }
-    if (!has_val && strcmp(key, "remount") == 0) {
-        o->remount = 1; /* mount.c hands the whole command to remount.c */
-        return 0;
-    }
-    if (!has_val && strcmp(key, "ro") == 0) {
-        o->ro = 1;
-        return 0;
-    }
-    if (!has_val && strcmp(key, "rw") == 0) {
-        o->ro = 0;
-        return 0;
-    }
-    if (!has_val && strcmp(key, "allow_other") == 0) {
-        o->allow_other = 1;
-        o->default_permissions = 1;
-        return 0;
-    }
-    if (!has_val && strcmp(key, "default_permissions") == 0) {
-        o->default_permissions = 1;
-        return 0;
-    }
+    char *p = strdup(val);
+    if (!p)
+        return -ENOMEM;
+    free(o->policy_file);
+    o->policy_file = p;
+    return 0;
+}
+
+/* squeezefs' options with a value (as fuse_opt's templates do: one row
+ * per name). */
+static const struct {
+    const char *name;
+    opt_fn *set;
+} valued[] = {
+    {"compress", opt_compress},
+    {"block", opt_block},
+    {"cache", opt_cache},
+    {"readahead", opt_readahead},
+    {"revalidate", opt_revalidate},
+    {"wait_writer", opt_wait_writer},
+    {"tier", opt_tier},
+    {"tier_rate", opt_tier_rate},
+    {"threads", opt_threads},
+    {"max_fds", opt_max_fds},
+    {"min_saving", opt_min_saving},
+    {"policy", opt_policy},
+};
+
+/* squeezefs' options without a value: the int field each sets, and to
+ * what. */
+static const struct {
+    const char *name;
+    size_t field;
+    int value;
+} flags[] = {
+    {"writeback", offsetof(struct sqz_mount_opts, writeback), 1},
+    {"writeback_cache", offsetof(struct sqz_mount_opts, writeback), 1},
+    {"nowriteback", offsetof(struct sqz_mount_opts, writeback), 0},
+    {"no_writeback_cache", offsetof(struct sqz_mount_opts, writeback), 0},
+    {"pack", offsetof(struct sqz_mount_opts, pack), 1},
+    {"nopack", offsetof(struct sqz_mount_opts, pack), 0},
+    /* remount: mount.c hands the whole command to remount.c */
+    {"remount", offsetof(struct sqz_mount_opts, remount), 1},
+    {"ro", offsetof(struct sqz_mount_opts, ro), 1},
+    {"rw", offsetof(struct sqz_mount_opts, ro), 0},
+    /* allow_other also sets default_permissions (one_option) */
+    {"allow_other", offsetof(struct sqz_mount_opts, allow_other), 1},
+    {"default_permissions", offsetof(struct sqz_mount_opts, default_permissions), 1},
+};
+
+/* Options kept for mount(8), the kernel or FUSE (fstab's, the mount flags
+ * set after mounting, libfuse's). 1 taken, 0 not one of them, -errno. */
+static int other_option(struct sqz_mount_opts *o, const char *key,
+                        const char *val)
+{
+    int has_val = val != NULL;
     if (in_list(fstab_dropped, key, has_val) || strncmp(key, "x-", 2) == 0 ||
         strcmp(key, "comment") == 0)
-        return 0;
+        return 1;
     if (in_list(mnt_flag_opts, key, has_val)) {
         size_t old = o->mnt_flags ? strlen(o->mnt_flags) : 0;
         char *m = realloc(o->mnt_flags, old + strlen(key) + 2);
@@ -408,16 +451,43 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
             m[old++] = ',';
         strcpy(m + old, key);
         o->mnt_flags = m;
-        return 0;
+        return 1;
     }
     if (in_list(fuse_known, key, has_val)) {
         if (strcmp(key, "fsname") == 0)
             o->user_fsname = 1;
         if (strcmp(key, "subtype") == 0)
             o->user_subtype = 1;
-        return add_fuse_opt(o, key, val);
+        int rc = add_fuse_opt(o, key, val);
+        return rc < 0 ? rc : 1;
     }
-    if (has_val)
+    return 0;
+}
+
+/* Handle one option (key, val; val NULL when there is no '='). */
+static int one_option(struct sqz_mount_opts *o, const char *key,
+                      const char *val, char *err, size_t errlen)
+{
+    if (!*key) {
+        if (!val)
+            return 0; /* empty element (",,") */
+        sqz_errf(err, errlen, "option '=%s' has no name", val);
+        return -EINVAL;
+    }
+    for (size_t i = 0; i < sizeof(valued) / sizeof(valued[0]); i++)
+        if (strcmp(key, valued[i].name) == 0)
+            return valued[i].set(o, val, err, errlen);
+    for (size_t i = 0; !val && i < sizeof(flags) / sizeof(flags[0]); i++)
+        if (strcmp(key, flags[i].name) == 0) {
+            *(int *)((char *)o + flags[i].field) = flags[i].value;
+            if (strcmp(key, "allow_other") == 0)
+                o->default_permissions = 1;
+            return 0;
+        }
+    int rc = other_option(o, key, val);
+    if (rc != 0)
+        return rc < 0 ? rc : 0;
+    if (val)
         sqz_errf(err, errlen, "unknown option '%s=%s'", key, val);
     else
         sqz_errf(err, errlen, "unknown option '%s'", key);
