@@ -51,6 +51,12 @@ def require_fuse():
                 "(outside CI, SQZ_ALLOW_NO_FUSE=1 skips them)", pytrace=False)
 
 
+def extra_mount_options():
+    """$SQZ_MOUNT_OPTS (comma separated): options added to every Mount, e.g.
+    SQZ_MOUNT_OPTS=io_uring runs a suite over FUSE over io_uring."""
+    return [o for o in os.environ.get("SQZ_MOUNT_OPTS", "").split(",") if o]
+
+
 def run_cli(*args, check=True, input=None, timeout=300, env=None):
     """Run `squeezefs ARGS`; returns CompletedProcess (text mode)."""
     cmd = [squeezefs_bin()] + [str(a) for a in args]
@@ -103,8 +109,9 @@ class Mount:
 
     def cmd(self):
         c = [squeezefs_bin(), "-f"]
-        if self.options:
-            c += ["-o", ",".join(self.options)]
+        opts = self.options + extra_mount_options()
+        if opts:
+            c += ["-o", ",".join(opts)]
         c += self.extra_args + [self.backing, self.mnt]
         return c
 

@@ -362,6 +362,10 @@ static int one_option(struct sqz_mount_opts *o, const char *key,
         o->pack = key[0] == 'p';
         return 0;
     }
+    if (!has_val && strcmp(key, "io_uring") == 0) {
+        o->io_uring = 1; /* whether it can work: mount.c asks uring.c */
+        return 0;
+    }
     if (!has_val && strcmp(key, "remount") == 0) {
         o->remount = 1; /* mount.c hands the whole command to remount.c */
         return 0;
@@ -483,7 +487,7 @@ const char *sqz_mount_opt_key(const char *name)
     static const char *const own[] = {
         "cache", "readahead", "threads", "min_saving", "policy", "tier",
         "tier_rate", "revalidate", "wait_writer", "allow_other",
-        "default_permissions", NULL,
+        "default_permissions", "io_uring", NULL,
     };
     if (strcmp(name, "compress") == 0 || strcmp(name, "block") == 0)
         return "compress";
@@ -508,12 +512,12 @@ int sqz_mount_opts_describe(const struct sqz_mount_opts *o, char *buf, size_t n)
         "compress=%s\ncache=%zu\nreadahead=%zu\nthreads=%d\nmin_saving=%u.%u\n"
         "policy=%s\ntier=%lld\ntier_rate=%llu\nrevalidate=%d\nwait_writer=%d\n"
         "writeback=%d\npack=%d\nro=%d\nallow_other=%d\ndefault_permissions=%d\n"
-        "fuse=%s\n",
+        "io_uring=%d\nfuse=%s\n",
         spec, o->cache_bytes, o->readahead_bytes, o->threads,
         o->min_saving / 10, o->min_saving % 10,
         o->policy_file ? o->policy_file : "", o->tier_s, o->tier_rate,
         o->revalidate_s, o->wait_writer_s, o->writeback, o->pack, o->ro,
-        o->allow_other, o->default_permissions,
+        o->allow_other, o->default_permissions, o->io_uring,
         o->fuse_opts ? o->fuse_opts : "");
     return len < 0 ? -EINVAL : (size_t)len >= n ? -ENOSPC : len;
 }

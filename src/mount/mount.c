@@ -88,6 +88,8 @@ void sqz_mount_usage(FILE *out)
         "     allow_other         let other users in (implies\n"
         "                         default_permissions)\n"
         "     default_permissions let the kernel check permissions\n"
+        "     io_uring            FUSE over io_uring instead of /dev/fuse\n"
+        "                         (libfuse >= 3.18, kernel enable_uring=Y)\n"
         "     fsname=, subtype=, nosuid, nodev, noexec, noatime, auto_unmount,\n"
         "     allow_root, ...\n"
         "                         passed to FUSE\n"
@@ -131,6 +133,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     conn->max_write = SQZ_MAX_IO;
     if (conn->max_readahead > SQZ_MAX_IO)
         conn->max_readahead = SQZ_MAX_IO;
+    sqz_uring_init(fs, conn);
 }
 
 static int g_destroy_rc; /* written once by op_destroy, read after the loop */
@@ -346,6 +349,8 @@ static int build_fuse_args(struct sqz_fs *fs, const char *prog, int debug,
     if (rc == 0 && o)
         rc = fuse_opt_add_arg(args, "-o") | fuse_opt_add_arg(args, o);
     free(o);
+    if (rc == 0)
+        rc = sqz_uring_args(fs, args);
     return rc ? -1 : 0;
 }
 
@@ -466,6 +471,12 @@ int sqz_mount_main(int argc, char **argv)
         return pr > 0 ? 0 : 1;
     }
     sqz_set_log(log_sink, fs);
+    char uerr[512];
+    if (fs->opts.io_uring && sqz_uring_check(uerr, sizeof(uerr)) != 0) {
+        fprintf(stderr, "squeezefs: %s\n", uerr);
+        sqz_mount_opts_free(&fs->opts);
+        return 1;
+    }
     if (prepare_fs(fs, cl.pos[0]) != 0) {
         teardown(fs);
         return 1;
@@ -521,8 +532,10 @@ int sqz_mount_main(int argc, char **argv)
             goto out_unmount;
         }
     }
-    /* One GETXATTR round trip less per write (killpriv.c). */
-    int kp = sqz_killpriv_install(se);
+    /* One GETXATTR round trip less per write (killpriv.c). Not with
+     * io_uring: its requests bypass the custom I/O, the kernel then kills
+     * set-ID bits itself (SETATTR) after asking for security.capability. */
+    int kp = fs->opts.io_uring ? 0 : sqz_killpriv_install(se);
     if (kp < 0)
         sqz_logf(SQZ_LOG_WARN, "FUSE_HANDLE_KILLPRIV_V2 not set up: %s", strerror(-kp));
     /* Created files get exactly the mode the kernel passes (the kernel has

@@ -1,0 +1,130 @@
+"""-o io_uring: FUSE over io_uring (src/mount/uring.c).
+
+The mount really serves its requests through io_uring rings (the daemon's
+io_uring descriptors, whose completion counters grow with the requests),
+gives the same bytes, and without the option (or with libfuse's own
+FUSE_URING_ENABLE in the environment) uses /dev/fuse alone. Whole suites
+run over it with SQZ_MOUNT_OPTS=io_uring (tests/mountlib.py)."""
+import os
+import subprocess
+
+import pytest
+
+from mountlib import squeezefs_bin
+
+PARAM = "/sys/module/fuse/parameters/enable_uring"
+LIB_PREFIX = "/opt/squeezefs/libfuse"  # tools/build-libfuse.sh, meson's libfuse_prefix
+
+
+def read_param():
+    with open(PARAM) as f:
+        return f.read().strip()
+
+
+def write_param(v):
+    with open(PARAM, "w") as f:
+        f.write(v)
+
+
+@pytest.fixture
+def uring_param(monkeypatch):
+    """The kernel's enable_uring set to Y for the test, restored after."""
+    monkeypatch.delenv("SQZ_MOUNT_OPTS", raising=False)
+    if not os.path.exists(PARAM):
+        pytest.skip(f"the kernel has no FUSE over io_uring (no {PARAM})")
+    old = read_param()
+    if old != "Y":
+        try:
+            write_param("Y")
+        except OSError as e:
+            pytest.skip(f"cannot turn on {PARAM} ({e}): not root?")
+    yield
+    if old != "Y":
+        write_param(old)
+
+
+def uring_counters(pid):
+    """{fd: CqTail} of the process's io_uring descriptors."""
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:[io_uring]":
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        out[fd] = int(info["CqTail"].strip())
+    return out
+
+
+def mount_uring(mount_factory, **kw):
+    try:
+        return mount_factory(options=["io_uring"], **kw)
+    except RuntimeError as e:
+        msg = str(e)
+        if "built against libfuse" in msg and not os.path.exists(LIB_PREFIX + "/lib/libfuse3.so"):
+            pytest.skip("squeezefs was built against a libfuse older than 3.18 "
+                        "(tools/build-libfuse.sh builds 3.18): " + msg.splitlines()[-1])
+        raise
+
+
+def workload(root, n=60):
+    """n files written, closed, read back: a few requests each."""
+    for i in range(n):
+        with open(os.path.join(root, f"f{i}"), "wb") as f:
+            f.write(bytes([i]) * (1000 + i))
+    for i in range(n):
+        with open(os.path.join(root, f"f{i}"), "rb") as f:
+            assert f.read() == bytes([i]) * (1000 + i)
+
+
+def test_io_uring_serves_requests(mount_factory, uring_param):
+    m = mount_uring(mount_factory)
+    before = uring_counters(m.proc.pid)
+    assert before, "no io_uring descriptor in the daemon with -o io_uring"
+    assert "FUSE over io_uring" in m.log()
+    workload(m.mnt)
+    after = uring_counters(m.proc.pid)
+    served = sum(after.values()) - sum(before.values())
+    # 60 creates, flushes, releases, opens, reads...: all through the rings
+    assert served >= 240, (before, after)
+    assert m.unmount() == 0
+    # The same bytes through a /dev/fuse mount of the same BACKING
+    m2 = mount_factory(backing=m.backing, name="mnt2")
+    assert uring_counters(m2.proc.pid) == {}
+    for i in range(60):
+        with open(m2.path(f"f{i}"), "rb") as f:
+            assert f.read() == bytes([i]) * (1000 + i)
+
+
+def test_without_option_no_rings_even_with_libfuse_env(mount_factory, uring_param):
+    """libfuse's FUSE_URING_ENABLE would start the rings behind killpriv.c's
+    custom I/O: the daemon clears it, the option alone decides."""
+    m = mount_factory(env={"FUSE_URING_ENABLE": "1"})
+    workload(m.mnt, n=5)
+    assert uring_counters(m.proc.pid) == {}
+    assert m.unmount() == 0
+
+
+def test_io_uring_refused_when_kernel_param_off(tmp_path, monkeypatch):
+    monkeypatch.delenv("SQZ_MOUNT_OPTS", raising=False)
+    if not os.path.exists(PARAM):
+        pytest.skip(f"the kernel has no FUSE over io_uring (no {PARAM})")
+    old = read_param()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "m").mkdir()
+    try:
+        write_param("N")
+    except OSError as e:
+        pytest.skip(f"cannot write {PARAM} ({e}): not root?")
+    try:
+        p = subprocess.run([squeezefs_bin(), "-f", "-o", "io_uring",
+                            str(tmp_path / "b"), str(tmp_path / "m")],
+                           capture_output=True, text=True, timeout=20)
+    finally:
+        write_param(old)
+    assert p.returncode == 1
+    if "built against libfuse" in p.stderr and not os.path.exists(LIB_PREFIX + "/lib/libfuse3.so"):
+        pytest.skip("squeezefs was built against a libfuse older than 3.18")
+    assert "enable_uring is N" in p.stderr and "echo Y" in p.stderr, p.stderr
