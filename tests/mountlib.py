@@ -57,6 +57,14 @@ def extra_mount_options():
     return [o for o in os.environ.get("SQZ_MOUNT_OPTS", "").split(",") if o]
 
 
+def skip_if_io_uring(what):
+    """Skip a test of the page-cache push (src/node/push.c), which is off
+    over io_uring, when the suite runs with SQZ_MOUNT_OPTS=io_uring."""
+    if "io_uring" in extra_mount_options():
+        import pytest
+        pytest.skip(f"{what}: nothing is pushed over io_uring (SQZ_MOUNT_OPTS)")
+
+
 def run_cli(*args, check=True, input=None, timeout=300, env=None):
     """Run `squeezefs ARGS`; returns CompletedProcess (text mode)."""
     cmd = [squeezefs_bin()] + [str(a) for a in args]

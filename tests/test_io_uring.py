@@ -193,3 +193,50 @@ def test_io_uring_partial_reads_then_readahead_no_deadlock(mount_factory, uring_
         n, h = out.split()
         assert int(n) == size and h == hashlib.sha256(body).hexdigest()
         subprocess.run(["sh", "-c", "echo 1 > /proc/sys/vm/drop_caches"])
+
+
+def test_io_uring_clears_setid_bits(public_mount_factory, uring_param):
+    """Over io_uring the handlers clear set-ID bits (libfuse's own
+    FUSE_HANDLE_KILLPRIV_V2, killpriv.c): a write, a truncate, an
+    open(O_TRUNC) and an fallocate by a user without CAP_FSETID clear them
+    in BACKING; root's write keeps them. Before: the kernel, told V2 by
+    nobody, left them to a daemon that did not clear them after O_TRUNC or
+    fallocate."""
+    import json
+    from conftest import run_as
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a second user)")
+    try:
+        m = public_mount_factory(options=["io_uring", "allow_other"])
+    except RuntimeError as e:
+        if "built against libfuse" in str(e) and not os.path.exists(LIB_PREFIX + "/lib/libfuse3.so"):
+            pytest.skip("squeezefs was built against a libfuse older than 3.18")
+        raise
+    assert uring_counters(m.proc.pid)
+    stats = json.loads(os.getxattr(m.mnt, "user.squeezefs.stats"))
+    assert stats["killpriv_v2"] == 1, stats
+    cases = {
+        "write": "fd=os.open(p, os.O_WRONLY); os.write(fd, b'x'); os.close(fd)",
+        "truncate": "os.truncate(p, 1)",
+        "otrunc": "os.close(os.open(p, os.O_WRONLY | os.O_TRUNC))",
+        "fallocate": "import ctypes; fd=os.open(p, os.O_WRONLY); "
+                     "assert ctypes.CDLL(None).fallocate(fd, 0, ctypes.c_long(0), "
+                     "ctypes.c_long(65536)) == 0",
+    }
+    for name, code in cases.items():
+        p = m.path(name)
+        with open(p, "wb") as f:
+            f.write(b"#!/bin/sh\n")
+        os.chown(p, 65534, 65534)
+        os.chmod(p, 0o6775)
+        r = run_as(65534, f"import os; p={p!r}; {code}")
+        assert r.returncode == 0, r.stderr
+        back = os.stat(os.path.join(m.backing, name)).st_mode & 0o7777
+        assert back == 0o775, f"{name}: backing mode {oct(back)}"
+    p = m.path("root-write")
+    with open(p, "wb") as f:
+        f.write(b"#!/bin/sh\n")
+    os.chmod(p, 0o4755)
+    with open(p, "r+b") as f:
+        f.write(b"#")
+    assert os.stat(os.path.join(m.backing, "root-write")).st_mode & 0o7777 == 0o4755

@@ -133,6 +133,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     conn->max_write = SQZ_MAX_IO;
     if (conn->max_readahead > SQZ_MAX_IO)
         conn->max_readahead = SQZ_MAX_IO;
+    sqz_killpriv_want(conn); /* libfuse >= 3.18: its own V2 */
     sqz_uring_init(fs, conn);
 }
 
@@ -532,10 +533,8 @@ int sqz_mount_main(int argc, char **argv)
             goto out_unmount;
         }
     }
-    /* One GETXATTR round trip less per write (killpriv.c). Not with
-     * io_uring: its requests bypass the custom I/O, the kernel then kills
-     * set-ID bits itself (SETATTR) after asking for security.capability. */
-    int kp = fs->opts.io_uring ? 0 : sqz_killpriv_install(se);
+    /* One GETXATTR round trip less per write (killpriv.c). */
+    int kp = sqz_killpriv_install(se);
     if (kp < 0)
         sqz_logf(SQZ_LOG_WARN, "FUSE_HANDLE_KILLPRIV_V2 not set up: %s", strerror(-kp));
     /* Created files get exactly the mode the kernel passes (the kernel has

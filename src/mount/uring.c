@@ -7,8 +7,8 @@
  *
  * libfuse enables the rings with its session option "io_uring" (or its
  * environment variable FUSE_URING_ENABLE, which is cleared here so that
- * the mount option alone decides: killpriv.c's custom I/O sees only the
- * /dev/fuse requests, and must not be set up when the rings carry them).
+ * the mount option alone decides). Set-ID bits are cleared by the
+ * handlers as on /dev/fuse with this libfuse (killpriv.c).
  * A ring that fails to start is logged by libfuse and the mount goes on
  * through /dev/fuse: that message is raised to an error here. */
 #include "mount/mountlife.h"
