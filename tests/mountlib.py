@@ -51,6 +51,20 @@ def require_fuse():
                 "(outside CI, SQZ_ALLOW_NO_FUSE=1 skips them)", pytrace=False)
 
 
+def extra_mount_options():
+    """$SQZ_MOUNT_OPTS (comma separated): options added to every Mount, e.g.
+    SQZ_MOUNT_OPTS=io_uring runs a suite over FUSE over io_uring."""
+    return [o for o in os.environ.get("SQZ_MOUNT_OPTS", "").split(",") if o]
+
+
+def skip_if_io_uring(what):
+    """Skip a test of the page-cache push (src/node/push.c), which is off
+    over io_uring, when the suite runs with SQZ_MOUNT_OPTS=io_uring."""
+    if "io_uring" in extra_mount_options():
+        import pytest
+        pytest.skip(f"{what}: nothing is pushed over io_uring (SQZ_MOUNT_OPTS)")
+
+
 def run_cli(*args, check=True, input=None, timeout=300, env=None):
     """Run `squeezefs ARGS`; returns CompletedProcess (text mode)."""
     cmd = [squeezefs_bin()] + [str(a) for a in args]
@@ -103,8 +117,9 @@ class Mount:
 
     def cmd(self):
         c = [squeezefs_bin(), "-f"]
-        if self.options:
-            c += ["-o", ",".join(self.options)]
+        opts = self.options + extra_mount_options()
+        if opts:
+            c += ["-o", ",".join(opts)]
         c += self.extra_args + [self.backing, self.mnt]
         return c
 

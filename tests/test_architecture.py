@@ -101,6 +101,8 @@ PATH_ALLOWED = {  # file: (the path arguments allowed there, or None: any; why)
     "src/mount/remount.c": ({"mnt"}, "the mount point named on the command line "
                            "(remount runs in the command, not the daemon)"),
     "src/jobs/revalidate.c": (None, "/proc/self/mountinfo"),
+    "src/mount/uring.c": ({"ENABLE_URING_PARAM"}, "the kernel's "
+                          "/sys/module/fuse/parameters/enable_uring"),
     "src/policy/rules.c": (None, "the rule file named by policy="),
     "src/format/container.c": ({"path"}, "sqz_ctr_*_path, for the offline tools"),
     "src/format/pack.c": ({"path"}, "sqz_pack_ptr_get_follow: a magic link only"),

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import run_as
 from fsutil import rd, words, wr
-from mountlib import run_cli, squeezefs_bin
+from mountlib import extra_mount_options, run_cli, squeezefs_bin
 
 PTR_XATTR = "user.squeezefs.packed"
 CTR_MAGIC = b"SQZFS\x00\x01\x1a"
@@ -219,6 +219,10 @@ def test_listing_keeps_the_temporary_of_a_running_job(mount_factory, tmp_path):
     """A directory listed over and over while a tiering job (rate-limited:
     its copy runs without the file's lock) has its temporary there: the
     temporary is in use, not a leftover; the job completes."""
+    if "io_uring" in extra_mount_options():
+        # one thread per ring: the job's request holds up the listings of
+        # its core until it ends, so they do not meet the temporary
+        pytest.skip("a long request holds up its ring's other requests over io_uring")
     rules = tmp_path / "rules"
     rules.write_text("/hdb/** lz4/64K after 1d zstd:6/256K\n* zstd:1\n")
     m = mount_factory(options=["policy=" + str(rules), "nopack"])

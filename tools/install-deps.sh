@@ -106,6 +106,15 @@ else
     log "optional: GlusterFS present"
 fi
 
+# Optional: libfuse >= 3.18 with FUSE over io_uring (`squeezefs -o
+# io_uring`) in a prefix of its own, built from Debian's source package
+# where the system's libfuse is older (tools/build-libfuse.sh; fast when
+# already built). Without it squeezefs builds against the system's
+# libfuse, /dev/fuse only; a failure here does not fail the script.
+if ! "$(dirname "$0")/build-libfuse.sh"; then
+    log "optional: no libfuse with io_uring (see above); building against the system's libfuse"
+fi
+
 # Python modules for the python3 on PATH.
 PY=$(command -v python3 || true)
 [[ -n $PY ]] || die "python3 not found on PATH"

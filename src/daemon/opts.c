@@ -424,6 +424,8 @@ static const struct {
     {"no_writeback_cache", offsetof(struct sqz_mount_opts, writeback), 0},
     {"pack", offsetof(struct sqz_mount_opts, pack), 1},
     {"nopack", offsetof(struct sqz_mount_opts, pack), 0},
+    /* io_uring: whether it can work, mount.c asks uring.c */
+    {"io_uring", offsetof(struct sqz_mount_opts, io_uring), 1},
     /* remount: mount.c hands the whole command to remount.c */
     {"remount", offsetof(struct sqz_mount_opts, remount), 1},
     {"ro", offsetof(struct sqz_mount_opts, ro), 1},
@@ -566,7 +568,7 @@ const char *sqz_mount_opt_key(const char *name)
     static const char *const own[] = {
         "cache", "readahead", "threads", "max_fds", "min_saving", "policy", "tier",
         "tier_rate", "revalidate", "wait_writer", "allow_other",
-        "default_permissions", NULL,
+        "default_permissions", "io_uring", NULL,
     };
     if (strcmp(name, "compress") == 0 || strcmp(name, "block") == 0)
         return "compress";
@@ -592,12 +594,12 @@ int sqz_mount_opts_describe(const struct sqz_mount_opts *o, char *buf, size_t n)
         "min_saving=%u.%u\n"
         "policy=%s\ntier=%lld\ntier_rate=%llu\nrevalidate=%d\nwait_writer=%d\n"
         "writeback=%d\npack=%d\nro=%d\nallow_other=%d\ndefault_permissions=%d\n"
-        "fuse=%s\n",
+        "io_uring=%d\nfuse=%s\n",
         spec, o->cache_bytes, o->readahead_bytes, o->threads, o->max_fds,
         o->min_saving / 10, o->min_saving % 10,
         o->policy_file ? o->policy_file : "", o->tier_s, o->tier_rate,
         o->revalidate_s, o->wait_writer_s, o->writeback, o->pack, o->ro,
-        o->allow_other, o->default_permissions,
+        o->allow_other, o->default_permissions, o->io_uring,
         o->fuse_opts ? o->fuse_opts : "");
     return len < 0 ? -EINVAL : (size_t)len >= n ? -ENOSPC : len;
 }

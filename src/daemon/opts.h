@@ -50,6 +50,9 @@ struct sqz_mount_opts {
                              * (never with ro) */
     int pack;               /* pack small closed files into pack files
                                (docs/FORMAT.md "Packed files"); nopack */
+    int io_uring;           /* -o io_uring: FUSE over io_uring (libfuse
+                               >= 3.18 and the kernel's enable_uring;
+                               src/mount/uring.c), else /dev/fuse */
     int ro;                 /* -o ro */
     int remount;            /* -o remount: change a live mount (remount.c) */
     int allow_other;        /* -o allow_other (forces default_permissions) */

@@ -28,7 +28,8 @@
  * kernel offered it. Every other message passes through unchanged.
  * CREATE of a name that already exists (a race; op_create then opens it)
  * with O_TRUNC: op_create asks sqz_killpriv_create_trunc (the kernel's
- * flag for it is not passed on by libfuse 3.14). */
+ * flag for it is not passed on by libfuse 3.14).
+ * With libfuse >= 3.18: no custom I/O, see sqz_killpriv_want below. */
 #include "fuse/killpriv.h"
 #include "daemon/fs.h"
 #include "node/inode.h"
@@ -51,6 +52,7 @@
 static _Atomic uint64_t g_init_unique;
 static atomic_int g_kernel_v2;
 static atomic_int g_enabled;
+static atomic_int g_native; /* libfuse's own V2 (over io_uring), below */
 
 int sqz_killpriv_active(void)
 {
@@ -245,6 +247,36 @@ void sqz_killpriv_create_trunc(struct sqz_fs *fs, fuse_req_t req,
         kill_suidgid(fs, in, (uint32_t)ctx->pid, (uint32_t)ctx->uid, 1);
 }
 
+/* libfuse >= 3.18 (FUSE_CAP_HANDLE_KILLPRIV_V2) asks for V2 itself, and
+ * has no custom I/O unless built with it (Debian's is not), nor would its
+ * io_uring requests pass one: there the handlers call sqz_killpriv_req
+ * before they act, deciding as the kernel's flags would (libfuse passes
+ * SETATTR's; WRITE's, OPEN's with O_TRUNC and FALLOCATE's are the
+ * caller's lack of CAP_FSETID, asked of /proc: a write-back WRITE comes
+ * from a kernel thread, which has it). */
+void sqz_killpriv_want(struct fuse_conn_info *conn)
+{
+#ifdef FUSE_CAP_HANDLE_KILLPRIV_V2
+    if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV_V2) {
+        conn->want |= FUSE_CAP_HANDLE_KILLPRIV_V2;
+        atomic_store(&g_native, 1);
+        atomic_store(&g_enabled, 1);
+    }
+#else
+    (void)conn;
+#endif
+}
+
+void sqz_killpriv_req(struct sqz_fs *fs, fuse_req_t req, fuse_ino_t ino,
+                      int ask)
+{
+    if (!atomic_load(&g_native) || fs->opts.ro)
+        return;
+    const struct fuse_ctx *ctx = fuse_req_ctx(req);
+    kill_suidgid(fs, sqz_inode_of(fs, ino), (uint32_t)ctx->pid,
+                 (uint32_t)ctx->uid, ask);
+}
+
 static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)
 {
     ssize_t r = read(fd, buf, len);
@@ -285,6 +317,10 @@ static ssize_t kp_writev(int fd, struct iovec *iov, int count, void *userdata)
 
 int sqz_killpriv_install(struct fuse_session *se)
 {
+#ifdef FUSE_CAP_HANDLE_KILLPRIV_V2
+    (void)se;
+    return 0; /* libfuse's own V2: sqz_killpriv_want */
+#endif
     static const struct fuse_custom_io io = {.read = kp_read,
                                              .writev = kp_writev};
     int fd = fuse_session_fd(se);

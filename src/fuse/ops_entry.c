@@ -12,6 +12,7 @@
 #include "content/content.h"
 #include "content/newfile_policy.h"
 #include "fuse/ops.h"
+#include "fuse/killpriv.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
 
@@ -150,6 +151,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
     sqz_proc_path(ifd, pp, sizeof(pp));
     int rc = 0;
     sqz_ptimes_user(fs, in);
+    if (to_set & FUSE_SET_ATTR_KILL_SUID) /* FATTR_KILL_SUIDGID (V2) */
+        sqz_killpriv_req(fs, req, ino, 0);
 
     if (fs->opts.ro && (to_set & (FUSE_SET_ATTR_MODE | FUSE_SET_ATTR_UID |
                                   FUSE_SET_ATTR_GID | FUSE_SET_ATTR_SIZE |

@@ -74,6 +74,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         fuse_reply_err(req, ENOMEM);
         return;
     }
+    if (fi->flags & O_TRUNC)
+        sqz_killpriv_req(fs, req, ino, 1);
     int kc = 0;
     int rc = sqz_content_open(fs, in, adjust_flags(fs, fi->flags), h, &kc);
     if (rc) {
@@ -290,12 +292,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
                      size_t size, off_t off, struct fuse_file_info *fi)
 {
-    (void)ino;
     struct sqz_fs *fs = sqz_fs_of(req);
     if (off < 0) {
         fuse_reply_err(req, EINVAL);
         return;
     }
+    sqz_killpriv_req(fs, req, ino, 1);
     ssize_t r = sqz_content_write(fs, handle_of(fi), buf, size, (uint64_t)off,
                                   fi->writepage);
     /* a direct write passes the kernel's page cache: a buffered read that
@@ -340,11 +342,12 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
                          off_t len, struct fuse_file_info *fi)
 {
-    (void)ino;
     if (off < 0 || len <= 0) {
         fuse_reply_err(req, EINVAL);
         return;
     }
+    if (!(mode & ~FALLOC_FL_KEEP_SIZE)) /* the modes that succeed */
+        sqz_killpriv_req(sqz_fs_of(req), req, ino, 1);
     int rc = sqz_content_fallocate(sqz_fs_of(req), handle_of(fi), mode,
                                    (uint64_t)off, (uint64_t)len);
     fuse_reply_err(req, -rc);

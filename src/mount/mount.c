@@ -91,6 +91,8 @@ void sqz_mount_usage(FILE *out)
         "     allow_other         let other users in (implies\n"
         "                         default_permissions)\n"
         "     default_permissions let the kernel check permissions\n"
+        "     io_uring            FUSE over io_uring instead of /dev/fuse\n"
+        "                         (libfuse >= 3.18, kernel enable_uring=Y)\n"
         "     fsname=, subtype=, nosuid, nodev, noexec, noatime, auto_unmount,\n"
         "     allow_root, ...\n"
         "                         passed to FUSE\n"
@@ -134,6 +136,8 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     conn->max_write = SQZ_MAX_IO;
     if (conn->max_readahead > SQZ_MAX_IO)
         conn->max_readahead = SQZ_MAX_IO;
+    sqz_killpriv_want(conn); /* libfuse >= 3.18: its own V2 */
+    sqz_uring_init(fs, conn);
 }
 
 static int g_destroy_rc; /* written once by op_destroy, read after the loop */
@@ -349,6 +353,8 @@ static int build_fuse_args(struct sqz_fs *fs, const char *prog, int debug,
     if (rc == 0 && o)
         rc = fuse_opt_add_arg(args, "-o") | fuse_opt_add_arg(args, o);
     free(o);
+    if (rc == 0)
+        rc = sqz_uring_args(fs, args);
     return rc ? -1 : 0;
 }
 
@@ -471,6 +477,12 @@ int sqz_mount_main(int argc, char **argv)
         return pr > 0 ? 0 : 1;
     }
     sqz_set_log(log_sink, fs);
+    char uerr[512];
+    if (fs->opts.io_uring && sqz_uring_check(uerr, sizeof(uerr)) != 0) {
+        fprintf(stderr, "squeezefs: %s\n", uerr);
+        sqz_mount_opts_free(&fs->opts);
+        return 1;
+    }
     if (prepare_fs(fs, cl.pos[0]) != 0) {
         teardown(fs);
         return 1;

@@ -1,5 +1,6 @@
 /* The mount's life beside mount.c: the writer lock of a BACKING
- * (wlock.c), remounts (remount.c) and a signal's shutdown (shutdown.c). Internal header. */
+ * (wlock.c), remounts (remount.c), a signal's shutdown (shutdown.c) and
+ * FUSE over io_uring (uring.c). Internal header. */
 #ifndef SQZ_MOUNT_MOUNTLIFE_H
 #define SQZ_MOUNT_MOUNTLIFE_H
 
@@ -32,5 +33,17 @@ int sqz_remount(const char *raw, const char *backing, const char *mnt);
  * runs the loop; stop after fuse_session_unmount. */
 int sqz_shutdown_start(struct sqz_fs *fs, struct fuse_session *se);
 void sqz_shutdown_stop(struct sqz_fs *fs);
+
+/* ---- uring.c: FUSE over io_uring (-o io_uring) ---- */
+/* Before anything is mounted, with -o io_uring: 0 if it can work here (the
+ * library has it, the kernel's enable_uring is Y), else -EOPNOTSUPP and
+ * the reason in err. */
+int sqz_uring_check(char *err, size_t errlen);
+/* The libfuse session arguments for the option (none without it); the
+ * environment's FUSE_URING_ENABLE is cleared either way. */
+int sqz_uring_args(struct sqz_fs *fs, struct fuse_args *args);
+/* From op_init: want the rings with the option (logging whether the kernel
+ * offered them), never without it. */
+void sqz_uring_init(struct sqz_fs *fs, struct fuse_conn_info *conn);
 
 #endif

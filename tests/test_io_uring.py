@@ -1,0 +1,242 @@
+"""-o io_uring: FUSE over io_uring (src/mount/uring.c).
+
+The mount really serves its requests through io_uring rings (the daemon's
+io_uring descriptors, whose completion counters grow with the requests),
+gives the same bytes, and without the option (or with libfuse's own
+FUSE_URING_ENABLE in the environment) uses /dev/fuse alone. Whole suites
+run over it with SQZ_MOUNT_OPTS=io_uring (tests/mountlib.py)."""
+import os
+import subprocess
+
+import pytest
+
+from mountlib import squeezefs_bin
+
+PARAM = "/sys/module/fuse/parameters/enable_uring"
+LIB_PREFIX = "/opt/squeezefs/libfuse"  # tools/build-libfuse.sh, meson's libfuse_prefix
+
+
+def read_param():
+    with open(PARAM) as f:
+        return f.read().strip()
+
+
+def write_param(v):
+    with open(PARAM, "w") as f:
+        f.write(v)
+
+
+@pytest.fixture
+def uring_param(monkeypatch):
+    """The kernel's enable_uring set to Y for the test, restored after."""
+    monkeypatch.delenv("SQZ_MOUNT_OPTS", raising=False)
+    if not os.path.exists(PARAM):
+        pytest.skip(f"the kernel has no FUSE over io_uring (no {PARAM})")
+    old = read_param()
+    if old != "Y":
+        try:
+            write_param("Y")
+        except OSError as e:
+            pytest.skip(f"cannot turn on {PARAM} ({e}): not root?")
+    yield
+    if old != "Y":
+        write_param(old)
+
+
+def uring_counters(pid):
+    """{fd: CqTail} of the process's io_uring descriptors."""
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") != "anon_inode:[io_uring]":
+                continue
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                info = dict(line.split(":", 1) for line in f if ":" in line)
+        except OSError:
+            continue
+        out[fd] = int(info["CqTail"].strip())
+    return out
+
+
+def abort_connection(pid):
+    """Abort the FUSE connection of the daemon pid (a deadlocked daemon's
+    threads, and its callers, wait in the kernel until then)."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        if os.readlink(f"/proc/{pid}/fd/{fd}") == "/dev/fuse":
+            with open(f"/proc/{pid}/fdinfo/{fd}") as f:
+                for line in f:
+                    if line.startswith("fuse_connection:"):
+                        with open(f"/sys/fs/fuse/connections/{line.split()[1]}/abort", "w") as a:
+                            a.write("1")
+                        return
+
+
+def mount_uring(mount_factory, **kw):
+    try:
+        return mount_factory(options=["io_uring"], **kw)
+    except RuntimeError as e:
+        msg = str(e)
+        if "built against libfuse" in msg and not os.path.exists(LIB_PREFIX + "/lib/libfuse3.so"):
+            pytest.skip("squeezefs was built against a libfuse older than 3.18 "
+                        "(tools/build-libfuse.sh builds 3.18): " + msg.splitlines()[-1])
+        raise
+
+
+def workload(root, n=60):
+    """n files written, closed, read back: a few requests each."""
+    for i in range(n):
+        with open(os.path.join(root, f"f{i}"), "wb") as f:
+            f.write(bytes([i]) * (1000 + i))
+    for i in range(n):
+        with open(os.path.join(root, f"f{i}"), "rb") as f:
+            assert f.read() == bytes([i]) * (1000 + i)
+
+
+def test_io_uring_serves_requests(mount_factory, uring_param):
+    m = mount_uring(mount_factory)
+    before = uring_counters(m.proc.pid)
+    assert before, "no io_uring descriptor in the daemon with -o io_uring"
+    assert "FUSE over io_uring" in m.log()
+    workload(m.mnt)
+    after = uring_counters(m.proc.pid)
+    served = sum(after.values()) - sum(before.values())
+    # 60 creates, flushes, releases, opens, reads...: all through the rings
+    assert served >= 240, (before, after)
+    assert m.unmount() == 0
+    # The same bytes through a /dev/fuse mount of the same BACKING
+    m2 = mount_factory(backing=m.backing, name="mnt2")
+    assert uring_counters(m2.proc.pid) == {}
+    for i in range(60):
+        with open(m2.path(f"f{i}"), "rb") as f:
+            assert f.read() == bytes([i]) * (1000 + i)
+
+
+def test_without_option_no_rings_even_with_libfuse_env(mount_factory, uring_param):
+    """libfuse's FUSE_URING_ENABLE would start the rings behind killpriv.c's
+    custom I/O: the daemon clears it, the option alone decides."""
+    m = mount_factory(env={"FUSE_URING_ENABLE": "1"})
+    workload(m.mnt, n=5)
+    assert uring_counters(m.proc.pid) == {}
+    assert m.unmount() == 0
+
+
+def test_io_uring_refused_when_kernel_param_off(tmp_path, monkeypatch):
+    monkeypatch.delenv("SQZ_MOUNT_OPTS", raising=False)
+    if not os.path.exists(PARAM):
+        pytest.skip(f"the kernel has no FUSE over io_uring (no {PARAM})")
+    old = read_param()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "m").mkdir()
+    try:
+        write_param("N")
+    except OSError as e:
+        pytest.skip(f"cannot write {PARAM} ({e}): not root?")
+    try:
+        p = subprocess.run([squeezefs_bin(), "-f", "-o", "io_uring",
+                            str(tmp_path / "b"), str(tmp_path / "m")],
+                           capture_output=True, text=True, timeout=20)
+    finally:
+        write_param(old)
+    assert p.returncode == 1
+    if "built against libfuse" in p.stderr and not os.path.exists(LIB_PREFIX + "/lib/libfuse3.so"):
+        pytest.skip("squeezefs was built against a libfuse older than 3.18")
+    assert "enable_uring is N" in p.stderr and "echo Y" in p.stderr, p.stderr
+
+
+READER = r"""
+import hashlib, os, random, sys
+p, size = sys.argv[1], int(sys.argv[2])
+fd = os.open(p, os.O_RDONLY)
+rnd = random.Random(7)
+for _ in range(200):  # 4K reads inside 128K blocks: each used in part
+    off = rnd.randrange(0, size - 4096) & ~4095
+    assert len(os.pread(fd, 4096, off)) == 4096
+data = b""
+while True:  # then the whole file, with the kernel's read-ahead
+    b = os.read(fd, 1 << 20)
+    if not b:
+        break
+    data += b
+os.close(fd)
+sys.stdout.write(str(len(data)) + " " + hashlib.sha256(data).hexdigest())
+"""
+
+
+def test_io_uring_partial_reads_then_readahead_no_deadlock(mount_factory, uring_param):
+    """A READ using a block in part, then more READs of the file's other
+    pages (read-ahead) on the same core: with pushes into the page cache
+    (push.c) the ring's one thread waited for those READs' pages behind it
+    for ever (seen as a hang of test_posix over io_uring). Every read must
+    end, with the right bytes."""
+    import hashlib
+    import random
+    m = mount_uring(mount_factory)
+    size = 8 << 20
+    body = random.Random(3).randbytes(size // 4) * 4  # compressible, not constant
+    with open(m.path("f"), "wb") as f:
+        f.write(body)
+    assert m.unmount() == 0
+    m = mount_uring(mount_factory, backing=m.backing, name="mnt2")
+    for cpu in (0, os.cpu_count() - 1):
+        p = subprocess.Popen(["taskset", "-c", str(cpu), "python3", "-c", READER,
+                              m.path("f"), str(size)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = p.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            abort_connection(m.proc.pid)  # the reader waits in the kernel
+            m.kill()
+            p.kill()
+            p.wait()
+            pytest.fail("reads over io_uring did not end within 30 s (deadlock)")
+        assert p.returncode == 0, err
+        n, h = out.split()
+        assert int(n) == size and h == hashlib.sha256(body).hexdigest()
+        subprocess.run(["sh", "-c", "echo 1 > /proc/sys/vm/drop_caches"])
+
+
+def test_io_uring_clears_setid_bits(public_mount_factory, uring_param):
+    """Over io_uring the handlers clear set-ID bits (libfuse's own
+    FUSE_HANDLE_KILLPRIV_V2, killpriv.c): a write, a truncate, an
+    open(O_TRUNC) and an fallocate by a user without CAP_FSETID clear them
+    in BACKING; root's write keeps them. Before: the kernel, told V2 by
+    nobody, left them to a daemon that did not clear them after O_TRUNC or
+    fallocate."""
+    import json
+    from conftest import run_as
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a second user)")
+    try:
+        m = public_mount_factory(options=["io_uring", "allow_other"])
+    except RuntimeError as e:
+        if "built against libfuse" in str(e) and not os.path.exists(LIB_PREFIX + "/lib/libfuse3.so"):
+            pytest.skip("squeezefs was built against a libfuse older than 3.18")
+        raise
+    assert uring_counters(m.proc.pid)
+    stats = json.loads(os.getxattr(m.mnt, "user.squeezefs.stats"))
+    assert stats["killpriv_v2"] == 1, stats
+    cases = {
+        "write": "fd=os.open(p, os.O_WRONLY); os.write(fd, b'x'); os.close(fd)",
+        "truncate": "os.truncate(p, 1)",
+        "otrunc": "os.close(os.open(p, os.O_WRONLY | os.O_TRUNC))",
+        "fallocate": "import ctypes; fd=os.open(p, os.O_WRONLY); "
+                     "assert ctypes.CDLL(None).fallocate(fd, 0, ctypes.c_long(0), "
+                     "ctypes.c_long(65536)) == 0",
+    }
+    for name, code in cases.items():
+        p = m.path(name)
+        with open(p, "wb") as f:
+            f.write(b"#!/bin/sh\n")
+        os.chown(p, 65534, 65534)
+        os.chmod(p, 0o6775)
+        r = run_as(65534, f"import os; p={p!r}; {code}")
+        assert r.returncode == 0, r.stderr
+        back = os.stat(os.path.join(m.backing, name)).st_mode & 0o7777
+        assert back == 0o775, f"{name}: backing mode {oct(back)}"
+    p = m.path("root-write")
+    with open(p, "wb") as f:
+        f.write(b"#!/bin/sh\n")
+    os.chmod(p, 0o4755)
+    with open(p, "r+b") as f:
+        f.write(b"#")
+    assert os.stat(os.path.join(m.backing, "root-write")).st_mode & 0o7777 == 0o4755
