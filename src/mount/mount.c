@@ -23,6 +23,7 @@
 #include "fuse/ops.h"
 #include "fuse/killpriv.h"
 #include "mount/mountlife.h"
+#include "mount/cmdline.h"
 #include "node/ident.h"
 #include "common/lockorder.h"
 
@@ -39,69 +40,6 @@
 #include <sys/xattr.h>
 #include <syslog.h>
 #include <unistd.h>
-
-void sqz_mount_usage(FILE *out)
-{
-    fprintf(out,
-        "usage: squeezefs [-f] [-d] [-s] [-o OPT,...] BACKING MOUNTPOINT\n"
-        "\n"
-        "Mount BACKING on MOUNTPOINT; regular files are stored in BACKING as\n"
-        "compressed containers.\n"
-        "\n"
-        "  -f                 stay in the foreground\n"
-        "  -d                 debug output (implies -f)\n"
-        "  -s                 single-threaded request loop\n"
-        "  -h, --help         this help\n"
-        "  -o OPT[,OPT...]    mount options:\n"
-        "     compress=SPEC       default policy (default " SQZ_DEFAULT_SPEC "),\n"
-        "                         SPEC = ALG[:LEVEL][/BLOCK] | auto[:ratio|:speed]\n"
-        "                         | \"LBS ALG LEVEL\" (kdb+)\n"
-        "                         ALG: %s\n"
-        "                         kdb+ ALG: %s\n"
-        "     block=SIZE          block size 4K..1M (or log2 12..20)\n"
-        "     cache=SIZE          decompressed block cache (default 256M)\n"
-        "     readahead=SIZE      kernel read-ahead window, 0 or 4K..64M\n"
-        "                         (default 1M; needs root, else 128K)\n"
-        "     threads=N           compression threads (default: cores)\n"
-        "     max_fds=N           descriptors the daemon holds on its own\n"
-        "                         (default 2048, at most half the fd limit)\n"
-        "     min_saving=PCT      store a block raw unless compression saves\n"
-        "                         PCT percent (default 12.5)\n"
-        "     policy=FILE         rule file (lines: PATTERN SPEC\n"
-        "                         [after AGE SPEC2])\n"
-        "     tier=INTERVAL       background tiering pass every INTERVAL\n"
-        "                         (30s, 10m, 1h, 1d; default off): files older\n"
-        "                         than their policy's AGE are rewritten with SPEC2\n"
-        "     tier_rate=SIZE      file data a tiering job rewrites per second\n"
-        "                         (default 50M; 0 = unlimited)\n"
-        "     writeback, nowriteback  the kernel writeback cache (default on,\n"
-        "                         never with ro); nowriteback: every write(2)\n"
-        "                         reaches the daemon at once (slower)\n"
-        "     pack, nopack        pack small closed files into a pack file of\n"
-        "                         their directory (default pack)\n"
-        "     wait_writer=SECS    wait at most SECS (default 30; 0: not at\n"
-        "                         all) for the previous writer of BACKING to\n"
-        "                         finish its unmount\n"
-        "     ro, rw              read-only (no writer lock), read-write\n"
-        "     revalidate=SECS     ro mounts: how late an open descriptor may\n"
-        "                         show the writer's change (default 1)\n"
-        "     remount             change the live mount on MOUNTPOINT (mount -o\n"
-        "                         remount): ro/rw, nosuid, nodev, noexec, the\n"
-        "                         atime options; other options keep its values\n"
-        "     allow_other         let other users in (implies\n"
-        "                         default_permissions)\n"
-        "     default_permissions let the kernel check permissions\n"
-        "     io_uring            FUSE over io_uring instead of /dev/fuse\n"
-        "                         (libfuse >= 3.18, kernel enable_uring=Y)\n"
-        "     fsname=, subtype=, nosuid, nodev, noexec, noatime, auto_unmount,\n"
-        "     allow_root, ...\n"
-        "                         passed to FUSE\n"
-        "\n"
-        "fstab: BACKING MOUNTPOINT fuse.squeezefs defaults,compress=zstd:3 0 0\n",
-        sqz_alg_names(), sqz_alg_kdb_names());
-}
-
-/* ---- logging ---- */
 
 static void log_sink(void *user, int level, const char *msg)
 {
@@ -152,82 +90,6 @@ static void op_destroy(void *userdata)
 }
 
 /* ---- command line ---- */
-
-struct cmdline {
-    int foreground, debug, single;
-    const char *pos[2];
-    int npos;
-    char *raw; /* every -o string, joined by ',' (for a remount) */
-};
-
-static int add_opts(struct cmdline *cl, struct sqz_mount_opts *o, const char *s)
-{
-    size_t old = cl->raw ? strlen(cl->raw) : 0;
-    char *r = realloc(cl->raw, old + strlen(s) + 2);
-    if (!r) {
-        fprintf(stderr, "squeezefs: out of memory\n");
-        return -1;
-    }
-    cl->raw = r;
-    snprintf(r + old, strlen(s) + 2, "%s%s", old ? "," : "", s);
-    char err[512];
-    int rc = sqz_parse_mount_options(s, o, err, sizeof(err));
-    if (rc) {
-        fprintf(stderr, "squeezefs: %s\n", err[0] ? err : strerror(-rc));
-        return -1;
-    }
-    return 0;
-}
-
-/* 1 = done (help shown), 0 = go on, -1 = error. */
-static int parse_cmdline(int argc, char **argv, struct cmdline *cl,
-                         struct sqz_mount_opts *o)
-{
-    int only_pos = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!only_pos && a[0] == '-' && a[1]) {
-            if (strcmp(a, "--") == 0) {
-                only_pos = 1;
-            } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-                sqz_mount_usage(stdout);
-                return 1;
-            } else if (strcmp(a, "-f") == 0) {
-                cl->foreground = 1;
-            } else if (strcmp(a, "-d") == 0 || strcmp(a, "--debug") == 0) {
-                cl->debug = 1;
-                cl->foreground = 1;
-            } else if (strcmp(a, "-s") == 0) {
-                cl->single = 1;
-            } else if (strcmp(a, "-o") == 0) {
-                if (i + 1 >= argc) {
-                    fprintf(stderr, "squeezefs: -o needs an argument\n");
-                    return -1;
-                }
-                if (add_opts(cl, o, argv[++i]))
-                    return -1;
-            } else if (strncmp(a, "-o", 2) == 0) {
-                if (add_opts(cl, o, a + 2))
-                    return -1;
-            } else {
-                fprintf(stderr, "squeezefs: unknown option '%s' (see --help)\n", a);
-                return -1;
-            }
-            continue;
-        }
-        if (cl->npos >= 2) {
-            fprintf(stderr, "squeezefs: unexpected argument '%s'\n", a);
-            return -1;
-        }
-        cl->pos[cl->npos++] = a;
-    }
-    if (cl->npos != 2) {
-        fprintf(stderr, "squeezefs: expected BACKING and MOUNTPOINT (see --help)\n");
-        return -1;
-    }
-    sqz_mount_opts_finish(o);
-    return 0;
-}
 
 /* BACKING that is itself a squeezefs mount (its root answers
  * user.squeezefs.options), most often a BACKING mounted on itself: its
@@ -448,6 +310,103 @@ static void teardown(struct sqz_fs *fs)
     sqz_mount_opts_free(&fs->opts);
 }
 
+/* The FUSE session with squeezefs' operations and the FUSE options of
+ * the command line (messages on stderr), or NULL. */
+static struct fuse_session *new_session(struct sqz_fs *fs, const char *prog,
+                                        int debug)
+{
+    struct fuse_lowlevel_ops ops;
+    memset(&ops, 0, sizeof(ops));
+    ops.init = op_init;
+    ops.destroy = op_destroy;
+    sqz_ops_entry(&ops);
+    sqz_ops_dir(&ops);
+    sqz_ops_file(&ops);
+    sqz_ops_xattr(&ops);
+
+    struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+    if (build_fuse_args(fs, prog, debug, &args)) {
+        fprintf(stderr, "squeezefs: out of memory\n");
+        fuse_opt_free_args(&args);
+        return NULL;
+    }
+    struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), fs);
+    fs->se = se;
+    fuse_opt_free_args(&args);
+    if (!se)
+        fprintf(stderr, "squeezefs: bad FUSE options (see --help)\n");
+    return se;
+}
+
+/* The I/O engine with the mount's options (*threads: its workers). */
+static int start_engine(struct sqz_fs *fs, int *threads)
+{
+    sqz_engine_opts eo;
+    memset(&eo, 0, sizeof(eo));
+    eo.threads = fs->opts.threads ? fs->opts.threads : ncores();
+    eo.cache_bytes = fs->opts.cache_bytes ? fs->opts.cache_bytes
+                                          : SQZ_ENGINE_CACHE_OFF;
+    eo.dirty_bytes_file = SQZ_ENGINE_DIRTY_FILE_DEFAULT;
+    eo.dirty_bytes_max = SQZ_ENGINE_DIRTY_MAX_DEFAULT;
+    eo.dirty_expire_ms = SQZ_ENGINE_EXPIRE_MS_DEFAULT;
+    *threads = eo.threads;
+    int rc = sqz_engine_new(&eo, &fs->engine);
+    if (rc) {
+        sqz_logf(SQZ_LOG_ERR, "cannot start the I/O engine: %s", strerror(-rc));
+        fs->engine = NULL;
+    }
+    return rc;
+}
+
+/* Shown times, kept inode numbers (before serving), packing, the durable
+ * thread, tiering, revalidation and the signal handling. 0 or -errno
+ * (logged). */
+static int start_jobs(struct sqz_fs *fs, struct fuse_session *se)
+{
+    int rc;
+    sqz_ptimes_mount(fs);
+    sqz_ident_init(fs);
+    if ((rc = sqz_packer_init(fs)) < 0 || (rc = sqz_pack_gc_init(fs)) < 0 ||
+        (rc = sqz_pack_rd_init(fs)) < 0 ||
+        (rc = sqz_durable_start(fs)) < 0) {
+        sqz_logf(SQZ_LOG_ERR, "cannot start the durability thread: %s", strerror(-rc));
+        return rc;
+    }
+    if ((rc = sqz_tier_start(fs)) < 0) {
+        sqz_logf(SQZ_LOG_ERR, "cannot start tiering: %s", strerror(-rc));
+        return rc;
+    }
+    if ((rc = sqz_revalidate_start(fs)) < 0) {
+        sqz_logf(SQZ_LOG_ERR, "cannot start the revalidation thread: %s",
+                 strerror(-rc));
+        return rc;
+    }
+    if ((rc = sqz_shutdown_start(fs, se)) < 0) {
+        sqz_logf(SQZ_LOG_ERR, "cannot set up the signal handling: %s",
+                 strerror(-rc));
+        return rc;
+    }
+    return 0;
+}
+
+/* The request loop: one thread (-s), else up to 4 per engine worker. */
+static int run_loop(struct fuse_session *se, int single, int threads)
+{
+    if (single)
+        return fuse_session_loop(se);
+    struct fuse_loop_config *lc = fuse_loop_cfg_create();
+    if (!lc) {
+        sqz_logf(SQZ_LOG_ERR, "out of memory");
+        return -ENOMEM;
+    }
+    fuse_loop_cfg_set_clone_fd(lc, 0);
+    fuse_loop_cfg_set_idle_threads(lc, 10);
+    fuse_loop_cfg_set_max_threads(lc, (unsigned)(threads * 4 > 16 ? threads * 4 : 16));
+    int rc = fuse_session_loop_mt(se, lc);
+    fuse_loop_cfg_destroy(lc);
+    return rc;
+}
+
 int sqz_mount_main(int argc, char **argv)
 {
     static struct sqz_fs fs_storage; /* one mount per process */
@@ -468,7 +427,7 @@ int sqz_mount_main(int argc, char **argv)
     struct cmdline cl;
     memset(&cl, 0, sizeof(cl));
 
-    int pr = parse_cmdline(argc, argv, &cl, &fs->opts);
+    int pr = sqz_parse_cmdline(argc, argv, &cl, &fs->opts);
     if (pr == 0 && fs->opts.remount) /* mount -o remount: no new mount */
         pr = sqz_remount(cl.raw, cl.pos[0], cl.pos[1]) ? -1 : 1;
     free(cl.raw);
@@ -491,27 +450,9 @@ int sqz_mount_main(int argc, char **argv)
     fs->uid = geteuid();
     fs->gid = getegid();
 
-    struct fuse_lowlevel_ops ops;
-    memset(&ops, 0, sizeof(ops));
-    ops.init = op_init;
-    ops.destroy = op_destroy;
-    sqz_ops_entry(&ops);
-    sqz_ops_dir(&ops);
-    sqz_ops_file(&ops);
-    sqz_ops_xattr(&ops);
-
-    struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
-    if (build_fuse_args(fs, argv[0] ? argv[0] : "squeezefs", cl.debug, &args)) {
-        fprintf(stderr, "squeezefs: out of memory\n");
-        fuse_opt_free_args(&args);
-        teardown(fs);
-        return 1;
-    }
-    struct fuse_session *se = fuse_session_new(&args, &ops, sizeof(ops), fs);
-    fs->se = se;
-    fuse_opt_free_args(&args);
+    struct fuse_session *se = new_session(fs, argv[0] ? argv[0] : "squeezefs",
+                                          cl.debug);
     if (!se) {
-        fprintf(stderr, "squeezefs: bad FUSE options (see --help)\n");
         teardown(fs);
         return 1;
     }
@@ -557,59 +498,13 @@ int sqz_mount_main(int argc, char **argv)
         goto out_unmount;
     /* Threads are started after fuse_daemonize (fork keeps one thread). */
     presize_fd_table();
-    sqz_engine_opts eo;
-    memset(&eo, 0, sizeof(eo));
-    eo.threads = fs->opts.threads ? fs->opts.threads : ncores();
-    eo.cache_bytes = fs->opts.cache_bytes ? fs->opts.cache_bytes
-                                          : SQZ_ENGINE_CACHE_OFF;
-    eo.dirty_bytes_file = SQZ_ENGINE_DIRTY_FILE_DEFAULT;
-    eo.dirty_bytes_max = SQZ_ENGINE_DIRTY_MAX_DEFAULT;
-    eo.dirty_expire_ms = SQZ_ENGINE_EXPIRE_MS_DEFAULT;
-    int rc = sqz_engine_new(&eo, &fs->engine);
-    if (rc) {
-        sqz_logf(SQZ_LOG_ERR, "cannot start the I/O engine: %s", strerror(-rc));
-        fs->engine = NULL;
+    int threads = 0;
+    int rc = start_engine(fs, &threads);
+    if (rc == 0)
+        rc = start_jobs(fs, se);
+    if (rc)
         goto out_unmount;
-    }
-
-    sqz_ptimes_mount(fs);
-    sqz_ident_init(fs); /* kept inode numbers; before serving */
-    if ((rc = sqz_packer_init(fs)) < 0 || (rc = sqz_pack_gc_init(fs)) < 0 ||
-        (rc = sqz_pack_rd_init(fs)) < 0 ||
-        (rc = sqz_durable_start(fs)) < 0) {
-        sqz_logf(SQZ_LOG_ERR, "cannot start the durability thread: %s", strerror(-rc));
-        goto out_unmount;
-    }
-    if ((rc = sqz_tier_start(fs)) < 0) {
-        sqz_logf(SQZ_LOG_ERR, "cannot start tiering: %s", strerror(-rc));
-        goto out_unmount;
-    }
-    if ((rc = sqz_revalidate_start(fs)) < 0) {
-        sqz_logf(SQZ_LOG_ERR, "cannot start the revalidation thread: %s",
-                 strerror(-rc));
-        goto out_unmount;
-    }
-
-    if ((rc = sqz_shutdown_start(fs, se)) < 0) {
-        sqz_logf(SQZ_LOG_ERR, "cannot set up the signal handling: %s",
-                 strerror(-rc));
-        goto out_unmount;
-    }
-
-    if (cl.single) {
-        rc = fuse_session_loop(se);
-    } else {
-        struct fuse_loop_config *lc = fuse_loop_cfg_create();
-        if (!lc) {
-            sqz_logf(SQZ_LOG_ERR, "out of memory");
-            goto out_unmount;
-        }
-        fuse_loop_cfg_set_clone_fd(lc, 0);
-        fuse_loop_cfg_set_idle_threads(lc, 10);
-        fuse_loop_cfg_set_max_threads(lc, (unsigned)(eo.threads * 4 > 16 ? eo.threads * 4 : 16));
-        rc = fuse_session_loop_mt(se, lc);
-        fuse_loop_cfg_destroy(lc);
-    }
+    rc = run_loop(se, cl.single, threads);
     status = rc < 0 ? 1 : 0;
     if (rc < 0)
         sqz_logf(SQZ_LOG_ERR, "request loop failed: %s", strerror(-rc));
