@@ -231,3 +231,17 @@ def test_bench_help(cli):
     r = cli("bench", "--help", check=False)
     assert r.returncode == 0, r.stderr
     assert "usage: squeezefs bench" in r.stdout + r.stderr
+
+
+TOOLS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tools")
+
+
+@pytest.mark.parametrize("script", sorted(f for f in os.listdir(TOOLS)
+                                            if f.endswith(".py") and f != "benchlib.py"))
+def test_every_tool_script_starts(script):
+    """Every Python tool imports what it needs (the bench scripts share
+    tools/benchlib.py) and answers --help."""
+    p = subprocess.run(["python3", os.path.join(TOOLS, script), "--help"],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "usage" in p.stdout.lower(), p.stdout[:500]

@@ -30,7 +30,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from fio_compare import PASSTHROUGH_OPTS, FuseMount, drop_caches  # noqa: E402
+from benchlib import PASSTHROUGH_OPTS, FuseMount, drop_caches  # noqa: E402
 
 PER_DIR = 250
 
