@@ -354,10 +354,11 @@ static int opt_max_fds(struct sqz_mount_opts *o, const char *val, char *err,
                        size_t errlen)
 {
     char *end = NULL;
+    unsigned long long n = 0;
     errno = 0;
-    unsigned long long n = val && *val != '-' && *val != '+'
-                               ? strtoull(val, &end, 10) : 0;
-    if (!val || !*val || errno || *end || n < 16 || n > (1u << 24)) {
+    if (val && *val && *val != '-' && *val != '+')
+        n = strtoull(val, &end, 10);
+    if (!end || errno || *end || n < 16 || n > (1u << 24)) {
         sqz_errf(err, errlen, "max_fds=%s: expected a number 16..16777216", shown(val));
         return -EINVAL;
     }
