@@ -26,6 +26,8 @@ typedef struct verify_ctx {
     unsigned long checked, damaged, tails, skipped, errors, leftovers;
     uint64_t leftover_bytes;
     const char *current;
+    int quiet;       /* a first pass: problems not reported (verify_fd) */
+    unsigned retries; /* passes of the current file it changed during */
     json_w jw;
     /* problems of the current file (JSON mode) */
     char **msgs;
@@ -35,6 +37,8 @@ typedef struct verify_ctx {
 static void report(void *user, const char *msg)
 {
     verify_ctx *x = user;
+    if (x->quiet)
+        return;
     if (!x->json) {
         printf("%s: %s\n", x->current, msg);
         return;
@@ -100,7 +104,18 @@ static void verify_pack(verify_ctx *x, const tree_at *at, const char *path, int 
     long entries;
     uint64_t end, tail;
     char err[256] = "";
-    int r = cli_pack_check(fd, at, path, &entries, &end, &tail, err, sizeof err);
+    int r;
+    /* a pack a running mount appends to while it is read: checked anew */
+    for (int i = 0;; i++) {
+        struct stat a, b;
+        int had = fstat(fd, &a) == 0;
+        err[0] = '\0';
+        r = cli_pack_check(fd, at, path, &entries, &end, &tail, err, sizeof err);
+        if (r == 0 || i >= 3 || !had || fstat(fd, &b) != 0 ||
+            (a.st_size == b.st_size && a.st_mtim.tv_sec == b.st_mtim.tv_sec &&
+             a.st_mtim.tv_nsec == b.st_mtim.tv_nsec))
+            break;
+    }
     if (r == -EBADMSG) {
         damaged_one(x, path, err[0] ? err : "damaged pack");
         return;
@@ -250,6 +265,35 @@ static int verify_ids_entry(verify_ctx *x, const char *path, const char *rel,
     return 1;
 }
 
+/* Verify a container (fd; st: its stat from the walk). A file a running
+ * mount changes while it is read (packed in place: truncated to 0 bytes
+ * under the reader) looks damaged: a pass with problems is kept quiet
+ * first, and if the file changed since st (its size or times, or the
+ * file opened is not the one listed) VERIFY_CHANGED says to check it
+ * anew (at most 3 times);
+ * else the pass is run again, reporting. */
+#define VERIFY_CHANGED 1000000
+static int verify_fd(verify_ctx *x, int fd, const struct stat *st,
+                     sqz_verify_extra *ex)
+{
+    if (x->retries >= 3)
+        return sqz_verify_fd_ex(fd, x->current, report, x, ex);
+    x->quiet = 1;
+    int n = sqz_verify_fd_ex(fd, x->current, report, x, ex);
+    x->quiet = 0;
+    if (n == 0 && ex->tail_bytes == 0 && ex->warnings == 0)
+        return 0;
+    struct stat now;
+    if (fstat(fd, &now) != 0 || now.st_size != st->st_size ||
+        now.st_ino != st->st_ino ||
+        now.st_mtim.tv_sec != st->st_mtim.tv_sec ||
+        now.st_mtim.tv_nsec != st->st_mtim.tv_nsec ||
+        now.st_ctim.tv_sec != st->st_ctim.tv_sec ||
+        now.st_ctim.tv_nsec != st->st_ctim.tv_nsec)
+        return VERIFY_CHANGED;
+    return sqz_verify_fd_ex(fd, x->current, report, x, ex);
+}
+
 static int verify_file(void *user, const char *path, const char *rel,
                        const struct stat *st, const tree_at *at)
 {
@@ -314,7 +358,16 @@ static int verify_file(void *user, const char *path, const char *rel,
     }
     x->current = path;
     sqz_verify_extra ex;
-    int n = sqz_verify_fd_ex(fd, path, report, x, &ex);
+    int n = verify_fd(x, fd, st, &ex);
+    if (n == VERIFY_CHANGED) { /* by a mount meanwhile: checked anew */
+        struct stat now;
+        int again = fstatat(at->dirfd, at->name, &now, AT_SYMLINK_NOFOLLOW) == 0;
+        close(fd);
+        x->retries++;
+        int r = again ? verify_file(user, path, rel, &now, at) : 0;
+        x->retries = 0;
+        return r;
+    }
     uint64_t tail = ex.tail_bytes;
     close(fd);
     x->checked++;

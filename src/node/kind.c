@@ -131,20 +131,34 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
                  struct stat *bst, enum sqz_kind *kind, uint64_t *len)
 {
     SQZ_ASSERT_HELD(&in->io);
-    if (bst->st_size == 0) /* an empty file or a packed one (its pointer
-                              is read every time: cheap, and no cache can
-                              be stale) */
-        return sqz_content_probe_empty(fs, in, kind, len);
     struct sqz_bkey k;
     sqz_bkey_of(bst, &k);
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (in->probe.valid && sqz_bkey_eq(&k, &in->probe.key)) {
+    if (bst->st_size != 0 && in->probe.valid &&
+        sqz_bkey_eq(&k, &in->probe.key)) {
         *kind = in->probe.kind;
         *len = in->probe.len;
         SQZ_MUTEX_UNLOCK(&in->meta);
         return 0;
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
+    /* getattr and lookup stat the backing file before they take io: the
+     * file may have changed since (packed in place: a container then, 0
+     * bytes with a pointer now; its durable mark). Its size now decides
+     * what it is, and is what the caller shows (a container's size taken
+     * for a plain file's made the kernel read zeros past the content). */
+    struct stat now;
+    int src = sqz_backing_stat(in, &now);
+    if (src)
+        return src;
+    if (now.st_size != bst->st_size) {
+        bst->st_size = now.st_size;
+        bst->st_blocks = now.st_blocks;
+    }
+    if (bst->st_size == 0) /* an empty file or a packed one (its pointer
+                              is read every time: cheap, and no cache can
+                              be stale) */
+        return sqz_content_probe_empty(fs, in, kind, len);
 
     int fd = sqz_inode_reopen(in, O_RDONLY);
     if (fd < 0)
