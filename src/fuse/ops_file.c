@@ -346,7 +346,12 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
         fuse_reply_err(req, EINVAL);
         return;
     }
-    if (!(mode & ~FALLOC_FL_KEEP_SIZE)) /* the modes that succeed */
+    /* the modes that succeed (content_io.c, as killpriv.c's inspect):
+     * allocate, ZERO_RANGE, with or without KEEP_SIZE, and
+     * PUNCH_HOLE|KEEP_SIZE */
+    int m = mode & ~FALLOC_FL_KEEP_SIZE;
+    if (m == 0 || m == FALLOC_FL_ZERO_RANGE ||
+        (m == FALLOC_FL_PUNCH_HOLE && (mode & FALLOC_FL_KEEP_SIZE)))
         sqz_killpriv_req(sqz_fs_of(req), req, ino, 1);
     int rc = sqz_content_fallocate(sqz_fs_of(req), handle_of(fi), mode,
                                    (uint64_t)off, (uint64_t)len);
@@ -384,11 +389,13 @@ static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
                                int flags)
 {
     (void)ino_in;
-    (void)ino_out;
     if (flags != 0 || off_in < 0 || off_out < 0) {
         fuse_reply_err(req, EINVAL);
         return;
     }
+    /* the destination's set-ID bits, as for a write (libfuse's own
+     * KILLPRIV_V2; the custom I/O does it in killpriv.c's inspect) */
+    sqz_killpriv_req(sqz_fs_of(req), req, ino_out, 1);
     /* one WRITE reply's count is 32 bits */
     if (len > (1u << 30))
         len = 1u << 30;
