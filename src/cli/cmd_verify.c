@@ -201,6 +201,22 @@ static int daemon_temp(const tree_at *at, const char *base, const struct stat *s
     return p == 1 || p == SQZ_PROBE_TORN || p == -EBADMSG;
 }
 
+/* Report path (st) as a leftover hidden file (a warning), what it is. */
+static void report_leftover(verify_ctx *x, const char *path,
+                            const struct stat *st, const char *what)
+{
+    char msg[320];
+    snprintf(msg, sizeof msg, "leftover hidden file, %lld bytes (%s)",
+             (long long)st->st_size, what);
+    x->current = path;
+    report(x, msg);
+    if (x->json)
+        json_file(x, path, "leftover", 0, NULL);
+    x->leftovers++;
+    x->leftover_bytes += (uint64_t)st->st_size;
+    fflush(stdout);
+}
+
 /* A hidden file that is not a pack: the writer lock and the tier state of
  * a mount are skipped, anything else is a leftover (a warning): the mount
  * never shows it, so its space is otherwise lost unseen. */
@@ -218,16 +234,7 @@ static void verify_hidden(verify_ctx *x, const char *path, const struct stat *st
           "removes it when it lists this directory"
         : "not shown through the mount and not removed by it: a temporary of "
           "squeezefs recompress stopped by a crash, or a file put here by hand";
-    char msg[320];
-    snprintf(msg, sizeof msg, "leftover hidden file, %lld bytes (%s)",
-             (long long)st->st_size, what);
-    x->current = path;
-    report(x, msg);
-    if (x->json)
-        json_file(x, path, "leftover", 0, NULL);
-    x->leftovers++;
-    x->leftover_bytes += (uint64_t)st->st_size;
-    fflush(stdout);
+    report_leftover(x, path, st, what);
 }
 
 /* An entry of BACKING/.sqz-tmp.ids (src/node/ident.c, docs/FORMAT.md
@@ -252,16 +259,7 @@ static int verify_ids_entry(verify_ctx *x, const char *path, const char *rel,
                "next read-write mount empties it";
     else
         return 1;
-    char msg[320];
-    snprintf(msg, sizeof msg, "leftover hidden file, %lld bytes (%s)",
-             (long long)st->st_size, what);
-    x->current = path;
-    report(x, msg);
-    if (x->json)
-        json_file(x, path, "leftover", 0, NULL);
-    x->leftovers++;
-    x->leftover_bytes += (uint64_t)st->st_size;
-    fflush(stdout);
+    report_leftover(x, path, st, what);
     return 1;
 }
 
