@@ -5,6 +5,7 @@
 #include "engine/file_int.h"
 #include "engine/pool.h"
 #include "testutil.h"
+#include "testparams.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define UNDER_TSAN 1
@@ -322,16 +323,6 @@ static void test_cache(void)
 }
 
 /* ================= files on real containers ================= */
-
-static sqz_params params_of(sqz_alg alg, int log2bs)
-{
-    sqz_params p = {0};
-    p.alg = alg;
-    p.level = sqz_level_default(alg);
-    p.log2bs = log2bs;
-    p.min_saving = SQZ_MIN_SAVING_DEFAULT;
-    return p;
-}
 
 static sqz_file *create_file(sqz_engine *e, const char *path, sqz_alg alg,
                              int log2bs)

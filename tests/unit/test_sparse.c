@@ -5,6 +5,7 @@
  * ranges (sqz_file_zero_range) against a model, across a reopen. */
 #include "engine/engine.h"
 #include "testutil.h"
+#include "testparams.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -18,16 +19,6 @@ static char *tmpdir;
 static void path_of(char *out, size_t n, const char *name)
 {
     snprintf(out, n, "%s/%s", tmpdir, name);
-}
-
-static sqz_params params_of(sqz_alg alg, int log2bs)
-{
-    sqz_params p = {0};
-    p.alg = alg;
-    p.level = sqz_level_default(alg);
-    p.log2bs = log2bs;
-    p.min_saving = SQZ_MIN_SAVING_DEFAULT;
-    return p;
 }
 
 static sqz_ctr *create_ctr(const char *name, sqz_alg alg, int log2bs)
