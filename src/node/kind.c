@@ -204,12 +204,8 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
         if (rc == 0) {
             *kind = SQZ_K_CONTAINER;
             *len = sqz_ctr_length(c);
-            size_t bs = sqz_ctr_block_size(c);
-            int lb = 0;
-            while ((size_t)1 << lb < bs)
-                lb++;
             SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-            in->probe.log2bs = lb;
+            in->probe.log2bs = sqz_ctr_params(c)->log2bs;
             SQZ_MUTEX_UNLOCK(&in->meta);
             sqz_inode_stash_put(in, c, &ok);
         } else if (rc == -EBADMSG) {
