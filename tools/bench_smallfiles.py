@@ -52,7 +52,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from benchlib import FuseTarget, drop_caches  # noqa: E402
+from benchlib import FuseTarget, LoopFs, drop_caches  # noqa: E402
 
 DEFAULT_TREES = ["/usr/include", "/usr/lib/python3", "/usr/share/perl"]
 
@@ -97,33 +97,6 @@ def alloc_bytes(path):
 
 def warm(src):
     sh(f"tar cf - -C {src} . | cat >/dev/null", shell=True)
-
-
-class LoopFs:
-    """A fresh file system (mkfs argv + device) on a loop device over a
-    sparse image of size bytes, mounted at mnt with mount options opts."""
-
-    def __init__(self, img, mnt, size, mkfs, opts=None):
-        self.img, self.mnt, self.loop = img, mnt, None
-        with open(img, "wb") as f:
-            f.truncate(size)
-        self.loop = subprocess.run(["losetup", "-f", "--show", img], check=True,
-                                   capture_output=True, text=True).stdout.strip()
-        try:
-            sh(mkfs + [self.loop], stdout=subprocess.DEVNULL)
-            os.makedirs(mnt, exist_ok=True)
-            sh(["mount"] + (["-o", opts] if opts else []) + [self.loop, mnt])
-        except BaseException:
-            self.close()
-            raise
-
-    def close(self):
-        if self.loop:
-            subprocess.run(["umount", self.mnt])
-            subprocess.run(["losetup", "-d", self.loop])
-            self.loop = None
-        if os.path.exists(self.img):
-            os.unlink(self.img)
 
 
 class Btrfs(LoopFs):

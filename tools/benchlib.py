@@ -1,9 +1,11 @@
 """What the benchmark scripts share (not a script): FUSE mounts in the
 foreground (squeezefs, or mergerfs as the passthrough baseline), mount
-checks, dropping the page cache, disk usage and size parsing.
+checks, dropping the page cache, disk usage, size parsing and fresh
+file systems on loop devices.
 
 Used by tools/fio_compare.py, bench_daemon.py, bench_db.py,
-bench_gluster.py, bench_randread.py and bench_smallfiles.py.
+bench_gluster.py, bench_manyfiles.py, bench_randread.py and
+bench_smallfiles.py.
 """
 import os
 import re
@@ -140,3 +142,30 @@ def parse_size(s):
     if s and s[-1] in mult:
         return int(float(s[:-1]) * mult[s[-1]])
     return int(s)
+
+
+class LoopFs:
+    """A fresh file system (mkfs argv + device) on a loop device over a
+    sparse image of size bytes, mounted at mnt with mount options opts."""
+
+    def __init__(self, img, mnt, size, mkfs, opts=None):
+        self.img, self.mnt, self.loop = img, mnt, None
+        with open(img, "wb") as f:
+            f.truncate(size)
+        self.loop = subprocess.run(["losetup", "-f", "--show", img], check=True,
+                                   capture_output=True, text=True).stdout.strip()
+        try:
+            subprocess.run(mkfs + [self.loop], check=True, stdout=subprocess.DEVNULL)
+            os.makedirs(mnt, exist_ok=True)
+            subprocess.run(["mount"] + (["-o", opts] if opts else []) + [self.loop, mnt], check=True)
+        except BaseException:
+            self.close()
+            raise
+
+    def close(self):
+        if self.loop:
+            subprocess.run(["umount", self.mnt])
+            subprocess.run(["losetup", "-d", self.loop])
+            self.loop = None
+        if os.path.exists(self.img):
+            os.unlink(self.img)
