@@ -85,9 +85,9 @@ def content(d, i):
     return (f"{d}/{i} ".encode() * (n // 8 + 1))[:n]
 
 
-def limited_mount(tmp_path, name, options=(), env=None):
+def limited_mount(tmp_path, name, options=(), env=None, backing=None):
     require_fuse()
-    b = tmp_path / (name + "-backing")
+    b = backing or tmp_path / (name + "-backing")
     os.makedirs(b, exist_ok=True)
     opts = [f"max_fds={MAX_FDS}"] + list(options)
     return LimitedMount(b, tmp_path / name, options=opts, env=env)
@@ -331,3 +331,51 @@ def test_files_opened_again_disconnected_are_found_by_their_last_name(tmp_path):
         finally:
             os.close(held)
     run_cli("verify", m.backing)
+
+
+def test_hard_links_hold_no_descriptor_per_name(tmp_path):
+    """A hard-linked file the kernel looks up by a second name keeps no
+    descriptor of that name: 400 files with two names each, both looked up
+    (the dentries dropped between), stay within max_fds= (before: one
+    O_PATH descriptor per such file outside the bound, 400 here). The last
+    name seen still finds a file whose first name is gone: it is packed."""
+    if os.geteuid() != 0:
+        pytest.skip("drop_caches needs root")
+    from test_pack import state
+    m = limited_mount(tmp_path, "mnt", options=["max_fds=64", "nopack"])
+    n = 400
+    with m:
+        os.makedirs(m.path("a"))
+        os.makedirs(m.path("b"))
+        for i in range(n):
+            with open(m.path("a", f"f{i}"), "wb") as f:
+                f.write(content("a", i))
+            os.link(m.path("a", f"f{i}"), m.path("b", f"g{i}"))
+        s = FdSampler(m.proc.pid)
+        try:
+            for names in (("a", "f"), ("b", "g"), ("a", "f"), ("b", "g")):
+                drop_dentries()
+                for i in range(n):
+                    assert os.stat(m.path(names[0], f"{names[1]}{i}")).st_nlink == 2
+        finally:
+            s.stop()
+        assert s.peak <= 64 + SLACK, (s.peak, s.kinds)
+    # their first names removed, each written again by its second and
+    # closed: the packer finds each one's directory by that name (the
+    # dentries dropped first: no descriptor of the first name is cached)
+    m2 = limited_mount(tmp_path, "again", options=["max_fds=64"], backing=m.backing)
+    with m2:
+        for i in range(n):
+            os.stat(m2.path("b", f"g{i}"))
+            os.unlink(m2.path("a", f"f{i}"))
+        drop_dentries()
+        s = FdSampler(m2.proc.pid)
+        try:
+            for i in range(n):
+                with open(m2.path("b", f"g{i}"), "ab") as f:
+                    f.write(b"more")
+        finally:
+            s.stop()
+        assert s.peak <= 64 + SLACK, (s.peak, s.kinds)
+    for i in range(n):
+        assert state(os.path.join(m.backing, "b", f"g{i}")) == "packed", i

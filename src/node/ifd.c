@@ -582,9 +582,14 @@ int sqz_ifd_hint_dir(struct sqz_inode *in, char *name, size_t n)
     LOCK(); /* the hint's directory lives while the hint names it */
     const struct sqz_ifd_id *id = in->fdc.id;
     const char *h = sqz_ifdid_hint(id);
-    struct sqz_inode *p = h && id->hlen < n ? id->parent : NULL;
+    size_t hl = h ? id->hlen : 0;
+    if (!h && id && id->kind == ID_NAME) { /* its parent and name */
+        h = id->data;
+        hl = id->len;
+    }
+    struct sqz_inode *p = h && hl < n ? id->parent : NULL;
     if (p) {
-        memcpy(name, h, id->hlen + 1);
+        memcpy(name, h, hl + 1);
         if (p->fdc.fd >= 0)
             dfd = fcntl(p->fdc.fd, F_DUPFD_CLOEXEC, 0);
         else if (p->fdc.id && p->fdc.id->kind == ID_HANDLE &&

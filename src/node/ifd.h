@@ -99,10 +99,11 @@ struct sqz_inode *sqz_ifd_renamed(struct sqz_inode *in, struct sqz_inode *np,
  * same number; the handle is replaced. 0 or -errno (nothing changed). */
 int sqz_ifd_replace(struct sqz_inode *in, int npfd);
 
-/* Handle mode, a regular file: an O_PATH descriptor (the caller's to
- * close) of its hint's directory, the one of the last name the daemon saw
- * it by (a lookup, create, link, a rename through the mount), that name
- * copied into name (n bytes); -ENOENT if none. */
+/* An O_PATH descriptor (the caller's to close) of the directory of the
+ * last name the daemon saw in by (a lookup, create, link, a rename through
+ * the mount), that name copied into name (n bytes): a regular file's hint
+ * in handle mode, its parent and name in name mode (only while the
+ * parent's descriptor is cached); -ENOENT if none. */
 int sqz_ifd_hint_dir(struct sqz_inode *in, char *name, size_t n);
 /* nfd, a descriptor of in's object opened by its name (connected: its
  * /proc path is right), takes the place of fd, in's descriptor pinned by

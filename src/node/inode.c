@@ -60,7 +60,6 @@ static struct sqz_inode *inode_new(const struct stat *st)
     in->type = st->st_mode & S_IFMT;
     in->kind = SQZ_K_UNKNOWN;
     in->create_fd = -1;
-    in->alt_fd = -1;
     return in;
 }
 
@@ -73,8 +72,6 @@ static struct sqz_inode *inode_destroy(struct sqz_inode *in)
     if (in->create_fd >= 0)
         close(in->create_fd);
     struct sqz_inode *parent = sqz_ifd_detach(in);
-    if (in->alt_fd >= 0)
-        close(in->alt_fd);
     pthread_rwlock_destroy(&in->io);
     pthread_mutex_destroy(&in->meta);
     sqz_push_destroy(in);
@@ -438,7 +435,6 @@ again:
             goto again;
         }
     }
-    int alt = -1;
     if (in && (in->dev != st->st_dev || in->ino != st->st_ino)) {
         /* the new backing file of a swap in progress: the inode's
          * descriptor and handle become its at the swap */
@@ -450,8 +446,6 @@ again:
     struct sqz_inode *idp = sqz_ifd_id_parent(id);
     if (idp)
         idp->nchild++; /* the name id's reference, moved or dropped below */
-    if (in && fd >= 0 && st->st_nlink > 1 && S_ISREG(st->st_mode))
-        alt = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (in && fd >= 0 && !sqz_ifd_found(in, fd, id, &oldp)) {
         /* the inode number was given to another file since: the old
          * inode stays the kernel's until it forgets it, out of the table */
@@ -460,11 +454,6 @@ again:
     }
     if (in) {
         in->nlookup++;
-        if (alt >= 0) { /* another name (inode_path.c) */
-            int old = in->alt_fd;
-            in->alt_fd = alt;
-            alt = old;
-        }
     } else {
         in = inode_new(st);
         if (!in) {
@@ -485,8 +474,6 @@ again:
         maybe_free_locked(fs, oldp, &dead);
     }
     SQZ_MUTEX_UNLOCK(&fs->itable.lock);
-    if (alt >= 0)
-        close(alt);
     destroy_chain(fs, dead);
     sqz_ifd_trim();
     *out = in;
@@ -597,9 +584,6 @@ int sqz_inode_swap(struct sqz_fs *fs, struct sqz_inode *in, int npfd,
     in->dev = dev;
     in->ino = ino;
     table_insert(fs, in);
-    if (in->alt_fd >= 0) /* a name of the replaced file */
-        close(in->alt_fd);
-    in->alt_fd = -1;
     SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     return 0;
 }

@@ -50,9 +50,6 @@ struct sqz_inode {
     ino_t ino;
     uint64_t nlookup;
     uint64_t nopen;      /* open handles referencing this inode */
-    int alt_fd;          /* O_PATH fd of another name of a hard-linked
-                            regular file, the last a lookup found it by
-                            (inode_path.c), or -1 */
     unsigned nchild;     /* inodes naming this directory as their parent
                             (without file handles, ifd.c) */
     /* ifd.c's mutex: the backing object's O_PATH fd, when cached */

@@ -4,10 +4,10 @@
  * was opened by, checked to still name it.
  *
  * A hard-linked file can lose that name (unlinked, or renamed over) and
- * live on under another: the inode keeps the descriptor of the last other
- * name a lookup found it by (alt_fd, set in inode.c), and takes that one
- * over when its own name no longer names it. Without it such a file was
- * never packed (its directory could not be found).
+ * live on under another: the inode's identity keeps the last name a lookup
+ * found it by (ifd.h), and its descriptor is opened again by that name when
+ * its own no longer names it. Without it such a file was never packed (its
+ * directory could not be found).
  *
  * A regular file opened again by handle after its dentry was reclaimed
  * has a disconnected descriptor (its /proc path reads "/"): it is opened
@@ -122,16 +122,21 @@ static int dirfd_once(struct sqz_fs *fs, struct sqz_inode *in, int fd,
     return dfd;
 }
 
-/* in's own name no longer names it: through the other name a lookup saw
- * (the same file: same device and inode), which in's descriptor ifd
- * (pinned) then becomes (the same number, the same file: nothing else
- * changes). */
+/* in's own name no longer names it: through the name the kernel looked
+ * it up by last (its identity's hint or name, ifd.h: a hard link's other
+ * name, or its name after a rename behind the mount), if that names the
+ * same file (same device and inode); in's descriptor ifd (pinned) then
+ * becomes that name's (the same number, the same file: nothing else
+ * changes). No descriptor is kept per name: the bound of max_fds= holds. */
 static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in, int ifd,
                      const struct stat *ist, char *base, size_t bn)
 {
-    SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
-    int alt = in->alt_fd >= 0 ? fcntl(in->alt_fd, F_DUPFD_CLOEXEC, 0) : -1;
-    SQZ_MUTEX_UNLOCK(&fs->itable.lock);
+    char name[NAME_MAX + 1];
+    int hd = sqz_ifd_hint_dir(in, name, sizeof(name));
+    if (hd < 0)
+        return -EBUSY;
+    int alt = sqz_openat_fd(hd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
+    close(hd);
     if (alt < 0)
         return -EBUSY;
     struct stat ast;
@@ -141,11 +146,8 @@ static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in, int ifd,
         dfd = dirfd_once(fs, NULL, alt, ist, base, bn);
     if (dfd >= 0) {
         SQZ_MUTEX_LOCK(&fs->itable.lock, SQZ_RANK_ITABLE);
-        if (in->alt_fd >= 0 && in->ino == ist->st_ino &&
-            dup3(alt, ifd, O_CLOEXEC) >= 0) {
-            close(in->alt_fd);
-            in->alt_fd = -1;
-        }
+        if (in->ino == ist->st_ino)
+            (void)dup3(alt, ifd, O_CLOEXEC);
         SQZ_MUTEX_UNLOCK(&fs->itable.lock);
     }
     close(alt);
