@@ -379,3 +379,44 @@ def test_hard_links_hold_no_descriptor_per_name(tmp_path):
         assert s.peak <= 64 + SLACK, (s.peak, s.kinds)
     for i in range(n):
         assert state(os.path.join(m.backing, "b", f"g{i}")) == "packed", i
+
+
+def test_reclaim_notes_without_handles_stay_within_the_bound(tmp_path):
+    """Where BACKING has no file handles (GlusterFS, NFS; SQZ_NO_HANDLES=1)
+    the notes of directories whose packs lost entries keep at most a few
+    descriptors, then the directory's path (opened beneath BACKING, checked
+    to be the same directory): 60 directories noted at once stay within
+    max_fds= (before: one O_PATH descriptor per note, up to 4,096), and
+    every dead pack is still reclaimed. The small files of 60 directories
+    are packed at one quiet moment although only 2 packs may be open at
+    once under this bound (before: 2 directories a second)."""
+    from test_pack import state
+    ndirs, per = 60, 3
+    m = limited_mount(tmp_path, "mnt", options=["max_fds=64"],
+                      env={"SQZ_NO_HANDLES": "1"})
+    with m:
+        for d in range(ndirs):
+            os.mkdir(m.path(f"d{d}"))
+            for i in range(per):
+                with open(m.path(f"d{d}", f"f{i}"), "wb") as f:
+                    f.write(content(d, i)[:500])
+        deadline = time.time() + 8
+        while time.time() < deadline and mount_stats(m.mnt)["files_packed"] < ndirs * per:
+            time.sleep(0.2)
+        assert mount_stats(m.mnt)["files_packed"] == ndirs * per
+        assert state(os.path.join(m.backing, "d0", "f0")) == "packed"
+        s = FdSampler(m.proc.pid)
+        try:
+            for d in range(ndirs):
+                for i in range(per):
+                    os.unlink(m.path(f"d{d}", f"f{i}"))
+            deadline = time.time() + 30
+            while time.time() < deadline and mount_stats(m.mnt)["packs_removed"] < ndirs:
+                time.sleep(0.2)
+        finally:
+            s.stop()
+        assert s.peak <= 64 + SLACK, (s.peak, s.kinds)
+        assert mount_stats(m.mnt)["packs_removed"] == ndirs
+    left = [d for d in range(ndirs)
+            if any(n.startswith(".sqz-tmp.pack") for n in os.listdir(os.path.join(m.backing, f"d{d}")))]
+    assert not left, left

@@ -149,6 +149,11 @@ struct sqz_inode {
     } push;
 };
 
+/* The path of descriptor fd's object below BACKING now (read back from
+ * /proc: a label, or a path to open beneath BACKING and check by device
+ * and inode, never one to follow), into buf (n bytes). 0 or -errno
+ * (-ENOENT: not below BACKING). */
+int sqz_fd_relpath(struct sqz_fs *fs, int fd, char *buf, size_t n);
 
 int sqz_itable_init(struct sqz_fs *fs);
 /* Frees every inode (closes their sf first; returns the first error). */

@@ -26,8 +26,7 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The path of descriptor fd below BACKING. */
-static int fd_relpath(struct sqz_fs *fs, int fd, char *buf, size_t n)
+int sqz_fd_relpath(struct sqz_fs *fs, int fd, char *buf, size_t n)
 {
     char abs[PATH_MAX + 16];
     int rc = sqz_fd_path(fd, abs, sizeof(abs));
@@ -62,13 +61,13 @@ static int reconnect(struct sqz_inode *in, int fd)
     return rc;
 }
 
-/* fd_relpath of in's descriptor fd (pinned; in NULL: another one). */
+/* sqz_fd_relpath of in's descriptor fd (pinned; in NULL: another one). */
 static int in_relpath(struct sqz_fs *fs, struct sqz_inode *in, int fd,
                       char *buf, size_t n)
 {
-    int rc = fd_relpath(fs, fd, buf, n);
+    int rc = sqz_fd_relpath(fs, fd, buf, n);
     if (rc == -ENOENT && in && in->type == S_IFREG && reconnect(in, fd) == 0)
-        rc = fd_relpath(fs, fd, buf, n);
+        rc = sqz_fd_relpath(fs, fd, buf, n);
     return rc;
 }
 

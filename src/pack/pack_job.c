@@ -224,13 +224,23 @@ size_t sqz_pack_pending(struct sqz_fs *fs)
             v[i] = NULL; /* the retry list keeps its open reference */
     }
     sqz_pack_run(fs, c, m);
+    int progress = 0;
+    for (size_t i = 0; i < m; i++)
+        progress |= c[i]->appended;
     for (size_t i = 0; i < m; i++) {
-        if (c[i]->deferred && retry_later(pk, c[i]->in) == 0) {
-            c[i]->in->pack.noted = 1; /* its note keeps the reference */
+        /* no pack could be opened for it (the open packs are bounded):
+         * back to the notes, for the next slice of this quiet moment
+         * while slices make progress, else for the next moment */
+        struct sqz_inode *in = c[i]->in;
+        if (c[i]->deferred &&
+            (progress ? sqz_inodes_push(&pk->pend, &pk->npend, &pk->pcap, 16, in)
+                      : retry_later(pk, in)) == 0) {
+            in->pack.noted = 1; /* its note keeps the reference */
             v[c[i]->vi] = NULL;
         }
         sqz_pack_cand_free(c[i]);
     }
+    atomic_store(&pk->npend_seen, pk->npend);
     free(c);
     for (size_t i = 0; i < n; i++)
         if (v[i])
