@@ -24,7 +24,8 @@
 /* max_fds= counts every descriptor the daemon holds on its own: the
  * durable queue's 3/8 (durable.c), the probe stash's 1/32 up to 64
  * (inode_stash.c), the packs being written (two each, 1/64 up to 32:
- * pack_job.c), the packs kept for readers (16, pack_rd.c) and the fixed
+ * pack_job.c), the reclaim notes without handles (as many: pack_gc.c),
+ * the packs kept for readers (16, pack_rd.c) and the fixed
  * ones (the FUSE device, BACKING, the writer lock, stdio): IFD_FIXED;
  * the rest is this cache's */
 #define IFD_FIXED 32
@@ -83,7 +84,7 @@ int sqz_ifd_init(int root_fd, dev_t root_dev, size_t max)
     G.mount_fd = root_fd;
     G.dev = root_dev;
     size_t t = max ? max : sqz_ifd_budget(0);
-    size_t used = t * 3 / 8 + sqz_ifd_stash_max() + 2 * sqz_ifd_packs_max() +
+    size_t used = t * 3 / 8 + sqz_ifd_stash_max() + 3 * sqz_ifd_packs_max() +
                   IFD_FIXED;
     G.max = t > used + IFD_MIN ? t - used : IFD_MIN;
     G.count = 0;
