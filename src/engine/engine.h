@@ -48,7 +48,9 @@ typedef struct sqz_engine_opts {
     int dirty_expire_ms;     /* dirty data older than this is committed by a
                                 background thread (0 = default) */
     int readahead_blocks;    /* blocks decompressed ahead of a sequential
-                                reader (0 = default; negative = off) */
+                                reader at first; the window doubles while
+                                the reader stays sequential, up to 8 MiB
+                                (0 = default; negative = off) */
 } sqz_engine_opts;
 
 /* Counters since start (squeezefs stats). */

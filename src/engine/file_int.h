@@ -77,7 +77,11 @@ typedef struct ra_arg {
  * run's buffer stays bounded. */
 #define SQZ_RUN_MAX_BLOCKS 64
 #define SQZ_RUN_MAX_BYTES ((size_t)4 << 20)
-
+/* The read-ahead window grows up to this many decompressed bytes (and at
+ * most SQZ_RA_MAX_BLOCKS blocks; never below readahead_blocks). */
+#define SQZ_RA_MAX_BYTES ((size_t)8 << 20)
+#define SQZ_RA_MAX_BLOCKS 256
+#define SQZ_RA_INFLIGHT 4
 
 struct sqz_file {
     sqz_engine *e;
@@ -101,10 +105,16 @@ struct sqz_file {
     pthread_mutex_t ra_mu;   /* protects the read-ahead state below */
     uint64_t ra_next_off;    /* where a sequential read would start */
     uint64_t ra_hi;          /* blocks below this were already requested */
-    size_t ra_cap;           /* readahead_blocks */
+    size_t ra_cap;           /* readahead_blocks: the first window */
+    size_t ra_max;           /* the largest window (ra_args has room) */
+    size_t ra_win;           /* the next window's size */
+    size_t ra_last;          /* the last window's size (0: none yet) */
+    /* SQZ_RA_INFLIGHT windows may be in flight at once (the next one is
+     * issued while those before still load): window k uses ra_args and
+     * ra_jobs [k * ra_max, (k + 1) * ra_max). */
     ra_arg *ra_args;
     sqz_job *ra_jobs;
-    sqz_batch ra_batch;      /* in flight until sqz_pool_done */
+    sqz_batch ra_batch[SQZ_RA_INFLIGHT]; /* each in flight until sqz_pool_done */
 
     /* Single flight: blocks some thread is decompressing right now (under
      * a read lock of f->lock), so that a reader racing the read-ahead, or
@@ -220,9 +230,10 @@ typedef struct sqz_load {
  * SQZ_RUN_MAX_*), a lone block by itself; the blocks are decompressed on
  * the pool. Fills rc and stored; a damaged block fails only its own rc. */
 void sqz_load_blocks(sqz_file *f, sqz_load *ms, size_t n);
-/* Sequential detection after a read of [off, off+got) and the read-ahead
- * it starts; f->lock held (shared or exclusive). */
-void sqz_readahead_after(sqz_file *f, uint64_t off, size_t got);
+/* Sequential detection at a read of [off, off+n) (n: what it will return)
+ * and the read-ahead it starts beyond that range, its blocks claimed at
+ * once; f->lock held (shared or exclusive). */
+void sqz_readahead_start(sqz_file *f, uint64_t off, size_t n);
 
 /* ---- file_write.c ---- */
 

@@ -1,8 +1,8 @@
 /* Loading committed blocks into the cache: single flight (one thread
  * decompresses a block, the others wait for it), runs of consecutive
  * blocks read from the backing file with one read and decompressed in
- * parallel on the pool, and the read-ahead of a sequential reader.
- * Invariants: file_int.h. */
+ * parallel on the pool, and the read-ahead of a sequential reader, whose
+ * window grows while the reader stays sequential. Invariants: file_int.h. */
 #include "engine/file_int.h"
 #include "common/lockorder.h"
 
@@ -129,29 +129,26 @@ void sqz_load_blocks(sqz_file *f, sqz_load *ms, size_t n)
 
 /* ---- read-ahead ---- */
 
-/* Read-ahead job: load the blocks [idx, idx + n) into the cache (one
- * backing read where they are stored together). Best effort: it never
- * blocks on the file lock (a writer holding it may be waiting for the
- * pool), and skips blocks that are dirty, in flight, cached, being loaded
- * by another thread or past the committed end. */
+/* Read-ahead job: load the blocks [idx, idx + n), which the thread that
+ * issued the window claimed for it (so a reader needing one of them waits
+ * for this job instead of reading it again), into the cache: one backing
+ * read where they are stored together. Best effort: it never blocks on
+ * the file lock (a writer holding it may be waiting for the pool), and
+ * skips blocks that became dirty, in flight, cached or past the committed
+ * end since; every claim is given back. */
 static void ra_job(void *arg)
 {
     ra_arg *a = arg;
     sqz_file *f = a->f;
     sqz_engine *e = f->e;
-    if (SQZ_TRYRDLOCK(&f->lock, SQZ_RANK_FILE) != 0)
-        return;
-    sqz_load *ms = calloc(a->n, sizeof *ms);
+    int locked = SQZ_TRYRDLOCK(&f->lock, SQZ_RANK_FILE) == 0;
+    sqz_load *ms = locked ? calloc(a->n, sizeof *ms) : NULL;
     size_t n = 0;
-    uint64_t nb = nblocks_of(f, f->committed_len);
-    for (uint64_t idx = a->idx; ms && idx < a->idx + a->n && idx < nb; idx++) {
-        if (dirty_find(f, idx) || inflight_find(f, idx) ||
-            sqz_cache_contains(e->cache, f->fid, idx) ||
-            !sqz_load_claim(f, idx))
-            continue;
+    for (uint64_t idx = a->idx; idx < a->idx + a->n; idx++) {
         sqz_cblock *b = NULL;
-        /* re-check: a reader may have finished it since */
-        if (!sqz_cache_contains(e->cache, f->fid, idx))
+        if (ms && idx < nblocks_of(f, f->committed_len) &&
+            !dirty_find(f, idx) && !inflight_find(f, idx) &&
+            !sqz_cache_contains(e->cache, f->fid, idx))
             b = sqz_cblock_new(f->bs, 0);
         if (!b) {
             sqz_load_done(f, idx);
@@ -171,51 +168,78 @@ static void ra_job(void *arg)
         sqz_load_done(f, ms[i].idx);
     }
     free(ms);
-    SQZ_RWUNLOCK(&f->lock);
+    if (locked)
+        SQZ_RWUNLOCK(&f->lock);
 }
 
-void sqz_readahead_after(sqz_file *f, uint64_t off, size_t got)
+/* A read-ahead batch that is not in flight, or -1. ra_mu held. */
+static int ra_free_batch(sqz_file *f)
+{
+    for (int k = 0; k < SQZ_RA_INFLIGHT; k++)
+        if (sqz_pool_done(f->e->pool, &f->ra_batch[k]))
+            return k;
+    return -1;
+}
+
+/* Issue blocks [from, to) not yet loaded as read-ahead batch k: claimed
+ * here, consecutive ones as one job. ra_mu and f->lock held. */
+static void ra_issue(sqz_file *f, int k, uint64_t from, uint64_t to)
+{
+    ra_arg *args = f->ra_args + (size_t)k * f->ra_max;
+    sqz_job *jobs = f->ra_jobs + (size_t)k * f->ra_max;
+    size_t nj = 0;
+    for (uint64_t i = from; i < to; i++) {
+        if (dirty_find(f, i) || inflight_find(f, i) ||
+            sqz_cache_contains(f->e->cache, f->fid, i) || !sqz_load_claim(f, i))
+            continue;
+        if (nj > 0 && args[nj - 1].idx + args[nj - 1].n == i &&
+            args[nj - 1].n < SQZ_RUN_MAX_BLOCKS) {
+            args[nj - 1].n++;
+            continue;
+        }
+        args[nj] = (ra_arg){.f = f, .idx = i, .n = 1};
+        jobs[nj] = (sqz_job){.fn = ra_job, .arg = &args[nj]};
+        nj++;
+    }
+    if (nj > 0) {
+        sqz_batch_init(&f->ra_batch[k], jobs, nj);
+        sqz_pool_submit(f->e->pool, &f->ra_batch[k]);
+    }
+}
+
+void sqz_readahead_start(sqz_file *f, uint64_t off, size_t n)
 {
     SQZ_ASSERT_HELD(&f->lock);
     if (f->ra_cap == 0)
         return;
     SQZ_MUTEX_LOCK(&f->ra_mu, SQZ_RANK_FILE_RA);
-    int seq = off == f->ra_next_off;
-    f->ra_next_off = off + got;
+    int seq = off == f->ra_next_off, k;
+    f->ra_next_off = off + n;
     if (!seq) {
         f->ra_hi = 0;
-    } else if (got > 0 && sqz_pool_done(f->e->pool, &f->ra_batch)) {
-        /* Keep between cap/2 and 1.5 cap blocks requested ahead of the
-         * reader, issuing a window of cap blocks at a time. */
-        uint64_t next = ((off + got - 1) >> f->log2bs) + 1;
+        f->ra_win = f->ra_cap;
+        f->ra_last = 0;
+    } else if (n > 0 && (k = ra_free_batch(f)) >= 0) {
+        /* Issue the next window once the reader has used half of the
+         * last one (those before may still be loading: SQZ_RA_INFLIGHT at
+         * most); each window is twice the one before (up to ra_max), like
+         * the kernel's read-ahead while a reader stays sequential. */
+        uint64_t next = ((off + n - 1) >> f->log2bs) + 1;
         if (f->ra_hi < next)
             f->ra_hi = next;
         uint64_t from = f->ra_hi;
-        uint64_t to = from - next < (f->ra_cap + 1) / 2 ? from + f->ra_cap
-                                                         : from;
+        uint64_t thr = f->ra_last ? (f->ra_last + 1) / 2 : 1;
+        uint64_t to = from - next < thr ? from + f->ra_win : from;
         uint64_t nb = nblocks_of(f, f->committed_len);
         if (to > nb)
             to = nb;
-        size_t nj = 0;
-        for (uint64_t i = from; i < to; i++) {
-            if (dirty_find(f, i) || inflight_find(f, i) ||
-                sqz_cache_contains(f->e->cache, f->fid, i))
-                continue;
-            /* consecutive blocks to load: one job, one backing read */
-            if (nj > 0 && f->ra_args[nj - 1].idx + f->ra_args[nj - 1].n == i &&
-                f->ra_args[nj - 1].n < SQZ_RUN_MAX_BLOCKS) {
-                f->ra_args[nj - 1].n++;
-                continue;
-            }
-            f->ra_args[nj] = (ra_arg){.f = f, .idx = i, .n = 1};
-            f->ra_jobs[nj] = (sqz_job){.fn = ra_job, .arg = &f->ra_args[nj]};
-            nj++;
-        }
-        if (to > f->ra_hi)
+        if (to > from) {
+            ra_issue(f, k, from, to);
+            f->ra_last = (size_t)(to - from);
+            if (f->ra_win < f->ra_max)
+                f->ra_win = 2 * f->ra_win < f->ra_max ? 2 * f->ra_win
+                                                      : f->ra_max;
             f->ra_hi = to;
-        if (nj > 0) {
-            sqz_batch_init(&f->ra_batch, f->ra_jobs, nj);
-            sqz_pool_submit(f->e->pool, &f->ra_batch);
         }
     }
     SQZ_MUTEX_UNLOCK(&f->ra_mu);

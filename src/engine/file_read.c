@@ -1,8 +1,8 @@
 /* The read path of an engine file: a read resolves a window of blocks
  * (dirty, in flight, cached, being decompressed by another thread, or
  * loaded here: file_load.c reads consecutive ones at once and decompresses
- * them in parallel on the pool), and the read-ahead of a sequential
- * reader (file_load.c). Invariants: file_int.h. */
+ * them in parallel on the pool), then starts the read-ahead of a
+ * sequential reader (file_load.c). Invariants: file_int.h. */
 #include "engine/file_int.h"
 #include "common/lockorder.h"
 
@@ -75,12 +75,13 @@ ssize_t sqz_file_read_spill(sqz_file *f, void *buf, size_t n, uint64_t off,
     SQZ_RDLOCK(&f->lock, SQZ_RANK_FILE);
     uint64_t len = f->length;
     if (off >= len || n == 0) {
-        sqz_readahead_after(f, off, 0);
+        sqz_readahead_start(f, off, 0);
         SQZ_RWUNLOCK(&f->lock);
         return 0;
     }
     if (n > len - off)
         n = (size_t)(len - off);
+    sqz_readahead_start(f, off, n);
 
     size_t done = 0;
     int err = 0;
@@ -179,8 +180,6 @@ ssize_t sqz_file_read_spill(sqz_file *f, void *buf, size_t n, uint64_t off,
                 sqz_cblock_put(blk[w]);
         }
     }
-    if (!err)
-        sqz_readahead_after(f, off, done);
     SQZ_RWUNLOCK(&f->lock);
     /* A damaged block fails the whole read, even after good blocks: a
      * short read means end of file to FUSE (the kernel would zero-fill the
