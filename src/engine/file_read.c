@@ -60,18 +60,47 @@ void sqz_read_spill_release(sqz_read_spill *sp)
     sp->n = 0;
 }
 
-ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
+/* What holes read as in a vector: never written (bss: the zero page). */
+static unsigned char zeros[(size_t)1 << SQZ_LOG2BS_MAX];
+
+void sqz_read_vec_release(sqz_read_vec *v)
 {
-    return sqz_file_read_spill(f, buf, n, off, NULL);
+    for (size_t i = 0; i < v->n; i++)
+        if (v->ref[i])
+            sqz_cblock_put(v->ref[i]);
+    free(v->iov);
+    free(v->ref);
+    free(v->own);
+    memset(v, 0, sizeof *v);
 }
 
-ssize_t sqz_file_read_spill(sqz_file *f, void *buf, size_t n, uint64_t off,
-                            sqz_read_spill *sp)
+/* Hand out data[0, len) of block b (NULL: zeros) at position done of the
+ * read: a piece referring to b (ref: the caller's reference, passed on)
+ * or, for a block that may change (dirty) or none, a copy or the zeros. */
+static int vec_add(sqz_read_vec *v, size_t total, size_t done,
+                   const unsigned char *data, size_t len, sqz_cblock *ref)
+{
+    const void *base = data ? data : zeros;
+    if (data && !ref) {
+        if (!v->own && !(v->own = malloc(total)))
+            return -ENOMEM;
+        memcpy(v->own + done, data, len);
+        base = v->own + done;
+    }
+    v->iov[v->n].iov_base = (void *)base;
+    v->iov[v->n].iov_len = len;
+    v->ref[v->n++] = ref;
+    return 0;
+}
+
+/* The read of sqz_file_read_spill into out, or (out NULL) into the
+ * vector v, whose arrays have room for every block of the range. */
+static ssize_t read_core(sqz_file *f, unsigned char *out, sqz_read_vec *v,
+                         size_t n, uint64_t off, sqz_read_spill *sp)
 {
     sqz_engine *e = f->e;
     if (sp)
         sp->n = 0;
-    unsigned char *out = buf;
     SQZ_RDLOCK(&f->lock, SQZ_RANK_FILE);
     uint64_t len = f->length;
     if (off >= len || n == 0) {
@@ -167,12 +196,22 @@ ssize_t sqz_file_read_spill(sqz_file *f, void *buf, size_t n, uint64_t off,
                 size_t chunk = f->bs - boff;
                 if (chunk > n - done)
                     chunk = n - done;
-                if (blk[w]) {
+                /* owned: from the cache or decompressed here */
+                if (blk[w] && owned[w] && (done == 0 || done + chunk == n))
+                    spill_keep(f, sp, blk[w], len, chunk);
+                if (v) {
+                    /* an owned block is immutable: its reference goes
+                     * with the piece; dirty and in-flight ones are copied */
+                    int rc = vec_add(v, n, done, blk[w] ? blk[w]->data + boff
+                                                        : NULL,
+                                     chunk, owned[w] ? blk[w] : NULL);
+                    if (rc < 0)
+                        err = rc;
+                    else if (owned[w])
+                        owned[w] = 0; /* the vector holds it now */
+                } else if (blk[w])
                     memcpy(out + done, blk[w]->data + boff, chunk);
-                    /* owned: from the cache or decompressed here */
-                    if (owned[w] && (done == 0 || done + chunk == n))
-                        spill_keep(f, sp, blk[w], len, chunk);
-                } else
+                else
                     memset(out + done, 0, chunk);
                 done += chunk;
             }
@@ -188,8 +227,41 @@ ssize_t sqz_file_read_spill(sqz_file *f, void *buf, size_t n, uint64_t off,
     if (err) {
         if (sp)
             sqz_read_spill_release(sp);
+        if (v)
+            sqz_read_vec_release(v);
         return err;
     }
     atomic_fetch_add(&e->st.logical_bytes_read, done);
     return (ssize_t)done;
+}
+
+ssize_t sqz_file_read(sqz_file *f, void *buf, size_t n, uint64_t off)
+{
+    return read_core(f, buf, NULL, n, off, NULL);
+}
+
+ssize_t sqz_file_read_spill(sqz_file *f, void *buf, size_t n, uint64_t off,
+                            sqz_read_spill *sp)
+{
+    return read_core(f, buf, NULL, n, off, sp);
+}
+
+ssize_t sqz_file_read_vec(sqz_file *f, size_t n, uint64_t off,
+                          sqz_read_vec *v, sqz_read_spill *sp)
+{
+    memset(v, 0, sizeof *v);
+    if (n == 0)
+        return read_core(f, NULL, v, 0, off, sp);
+    /* pieces: at most one per block the range touches */
+    size_t cap = (size_t)((((off + n - 1) >> f->log2bs) - (off >> f->log2bs)) + 1);
+    v->iov = malloc(cap * sizeof *v->iov);
+    v->ref = malloc(cap * sizeof *v->ref);
+    if (!v->iov || !v->ref) {
+        sqz_read_vec_release(v);
+        return -ENOMEM;
+    }
+    ssize_t r = read_core(f, NULL, v, n, off, sp);
+    if (r == 0)
+        sqz_read_vec_release(v);
+    return r;
 }

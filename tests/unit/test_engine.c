@@ -1188,6 +1188,77 @@ static void test_runs(void)
     unlink(path);
 }
 
+/* sqz_file_read_vec: the same bytes as sqz_file_read, as pieces; those of
+ * committed blocks refer to the decompressed blocks (no copy: v.own stays
+ * NULL), dirty ones are copied, holes are zeros; a damaged block fails the
+ * read and leaves nothing to release. */
+static void check_vec(sqz_file *f, const unsigned char *want, size_t n,
+                      uint64_t off, int copies)
+{
+    sqz_read_vec v;
+    ssize_t r = sqz_file_read_vec(f, n, off, &v, NULL);
+    CHECK_EQ_INT(r, n);
+    if (r <= 0)
+        return;
+    size_t at = 0;
+    for (size_t i = 0; i < v.n; i++) {
+        CHECK(at + v.iov[i].iov_len <= n);
+        if (at + v.iov[i].iov_len > n)
+            break;
+        CHECK(memcmp(v.iov[i].iov_base, want + at, v.iov[i].iov_len) == 0);
+        at += v.iov[i].iov_len;
+    }
+    CHECK_EQ_INT(at, n);
+    CHECK_EQ_INT(v.own != NULL, copies);
+    sqz_read_vec_release(&v);
+}
+
+static void test_read_vec(void)
+{
+    char path[4096];
+    path_of(path, sizeof path, "vec");
+    const int log2bs = 12;
+    const size_t bs = (size_t)1 << log2bs;
+    const uint64_t nb = 40;
+    unsigned char *data = make_text_file(path, log2bs, nb);
+    unsigned char *want = calloc(nb + 3, bs);
+    REQUIRE(want);
+    memcpy(want, data, nb * bs);
+    sqz_engine_opts o = {.threads = 2, .readahead_blocks = 4};
+    sqz_engine *e;
+    REQUIRE(sqz_engine_new(&o, &e) == 0);
+    sqz_file *f = open_file(e, path);
+    /* cold, then cached; sequential and not; across block boundaries */
+    check_vec(f, want + 100, 3 * bs, 100, 0);
+    check_vec(f, want + 100 + 3 * bs, 20 * bs + 7, 100 + 3 * bs, 0);
+    check_vec(f, want + 5 * bs, 1, 5 * bs, 0);
+    check_vec(f, want, nb * bs, 0, 0);
+    /* a dirty block (copied) and a hole past the committed end (zeros) */
+    memset(want + 7 * bs + 10, 'x', 50);
+    CHECK_EQ_INT(sqz_file_write(f, want + 7 * bs + 10, 50, 7 * bs + 10), 50);
+    CHECK_EQ_INT(sqz_file_truncate(f, (nb + 3) * bs), 0);
+    check_vec(f, want + 6 * bs + 1, 2 * bs, 6 * bs + 1, 1);
+    check_vec(f, want + (nb - 1) * bs, 4 * bs, (nb - 1) * bs, 0);
+    sqz_read_vec v;
+    CHECK_EQ_INT(sqz_file_read_vec(f, bs, (nb + 3) * bs, &v, NULL), 0);
+    CHECK_EQ_INT(sqz_file_close(f), 0);
+    sqz_engine_free(e);
+
+    /* damaged block 30: the read fails as a whole, its neighbours read */
+    free(make_text_file(path, log2bs, nb));
+    stored_at(path, data, bs, 30, 1);
+    REQUIRE(sqz_engine_new(&o, &e) == 0);
+    f = open_file(e, path);
+    CHECK_EQ_INT(sqz_file_read_vec(f, 4 * bs, 28 * bs, &v, NULL), -EIO);
+    check_vec(f, data + 20 * bs, 10 * bs, 20 * bs, 0);
+    check_vec(f, data + 31 * bs, 9 * bs, 31 * bs, 0);
+    CHECK_EQ_INT(sqz_file_close(f), 0);
+    sqz_engine_free(e);
+    free(want);
+    free(data);
+    unlink(path);
+}
+
 /* ---- dirty bounds and the background flusher ---- */
 
 static void test_dirty_bound(void)
@@ -1641,6 +1712,7 @@ int main(void)
     test_readahead_no_double_work();
     test_damaged_block();
     test_runs();
+    test_read_vec();
     test_dirty_bound();
     test_flusher();
     test_write_overlap();
