@@ -40,6 +40,11 @@ int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out)
         size_t mx = (SQZ_RA_MAX_BYTES >> f->log2bs);
         if (mx > SQZ_RA_MAX_BLOCKS)
             mx = SQZ_RA_MAX_BLOCKS;
+        /* a small cache would evict what was read ahead before it is
+         * read: the window stays within a sixteenth of it */
+        size_t cache_mx = (sqz_cache_capacity(e->cache) / 16) >> f->log2bs;
+        if (mx > cache_mx)
+            mx = cache_mx;
         f->ra_max = mx > f->ra_cap ? mx : f->ra_cap;
         f->ra_win = f->ra_cap;
         f->ra_args = calloc(SQZ_RA_INFLIGHT * f->ra_max, sizeof *f->ra_args);

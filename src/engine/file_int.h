@@ -78,7 +78,8 @@ typedef struct ra_arg {
 #define SQZ_RUN_MAX_BLOCKS 64
 #define SQZ_RUN_MAX_BYTES ((size_t)4 << 20)
 /* The read-ahead window grows up to this many decompressed bytes (and at
- * most SQZ_RA_MAX_BLOCKS blocks; never below readahead_blocks). */
+ * most SQZ_RA_MAX_BLOCKS blocks and a sixteenth of the cache; never below
+ * readahead_blocks). */
 #define SQZ_RA_MAX_BYTES ((size_t)8 << 20)
 #define SQZ_RA_MAX_BLOCKS 256
 #define SQZ_RA_INFLIGHT 4

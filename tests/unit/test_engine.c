@@ -1131,6 +1131,27 @@ static void test_runs(void)
         sqz_engine_free(e);
     }
 
+    /* A small cache (16 blocks): the window stays within a sixteenth of
+     * it, so nothing read ahead is evicted before the reader gets to it
+     * (every block is decompressed once). */
+    {
+        sqz_engine_opts so = {.threads = 2, .readahead_blocks = 4,
+                              .cache_bytes = 16 * bs};
+        sqz_engine *e;
+        REQUIRE(sqz_engine_new(&so, &e) == 0);
+        sqz_file *f = open_counted(e, path, &ci);
+        for (uint64_t i = 0; i < nb; i++) {
+            CHECK_EQ_INT(sqz_file_read(f, buf, bs, i * bs), bs);
+            CHECK(memcmp(buf, data + i * bs, bs) == 0);
+        }
+        CHECK_EQ_INT(sqz_file_close(f), 0);
+        close(ci.fd);
+        sqz_stats st;
+        sqz_engine_stats(e, &st);
+        CHECK_EQ_INT(st.blocks_decompressed, nb);
+        sqz_engine_free(e);
+    }
+
     /* A random 4 KiB read: one block, one backing read, no read-ahead. */
     {
         sqz_engine *e;
