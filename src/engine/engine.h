@@ -51,7 +51,8 @@ typedef struct sqz_engine_opts {
     int readahead_blocks;    /* blocks decompressed ahead of a sequential
                                 reader at first; the window doubles while
                                 the reader stays sequential, up to 8 MiB
-                                (0 = default; negative = off) */
+                                and cache_bytes / 16 (0 = default;
+                                negative = off) */
 } sqz_engine_opts;
 
 /* Counters since start (squeezefs stats). */
