@@ -175,6 +175,48 @@ uint64_t sqz_ctr_nblocks(sqz_ctr *c); /* ceil(length / block size) */
 ssize_t sqz_ctr_read_block(sqz_ctr *c, uint64_t idx, void *buf,
                            size_t *stored_len);
 
+/* A run of consecutive blocks read from the backing file with few reads
+ * (a sequential reader's read-ahead, a read that misses several blocks):
+ * sqz_ctr_run_read takes the entries of blocks idx, idx+1, ... and reads
+ * their stored bytes, sorted by offset, one backing read per cluster of
+ * extents at most SQZ_RUN_GAP bytes apart (record headers, commit records
+ * or other blocks between them; a file written in order is one cluster;
+ * holes take no bytes); sqz_ctr_run_block then checks and decompresses
+ * one of them, lock-free and from any thread, so the blocks of a run
+ * decompress in parallel. A damaged block fails only its own
+ * sqz_ctr_run_block (-EIO, logged like sqz_ctr_read_block). The run keeps
+ * the entries as they were at sqz_ctr_run_read: a later commit does not
+ * change what it returns (the caller discards results for blocks changed
+ * since). */
+#define SQZ_RUN_GAP 16384u
+typedef struct sqz_ctr_run {
+    uint64_t idx;            /* first block */
+    size_t n;                /* blocks in the run (>= 1 on success) */
+    unsigned char *buf;      /* their stored bytes, cluster after cluster */
+    size_t len;              /* bytes of buf */
+    uint64_t length;         /* the container's length at the read */
+    struct sqz_run_ent {
+        uint64_t off;        /* backing offset of the stored bytes; 0: hole */
+        size_t boff;         /* where they are in buf */
+        uint32_t len, crc;
+        uint8_t kind;
+        uint8_t unread;      /* its cluster's read failed */
+    } *ent;                  /* n entries (malloc'd) */
+} sqz_ctr_run;
+/* Read blocks idx.. (at most nmax of them, their stored bytes at most
+ * max_bytes unless the first block alone is larger). 0 (run->n >= 1), or
+ * a negative errno (nothing to free). */
+int sqz_ctr_run_read(sqz_ctr *c, uint64_t idx, size_t nmax, size_t max_bytes,
+                     sqz_ctr_run *run);
+/* Block run->idx + i of a run into buf (block size bytes), as
+ * sqz_ctr_read_block returns it: the valid bytes (0..block size, the rest
+ * zero) or -EIO for a damaged block; *stored_len as there. -EAGAIN: the
+ * backing read of its cluster failed (read it alone, sqz_ctr_read_block,
+ * so that a bad spot of the backing file fails only its own block). */
+ssize_t sqz_ctr_run_block(const sqz_ctr *c, const sqz_ctr_run *run, size_t i,
+                          void *buf, size_t *stored_len);
+void sqz_ctr_run_free(sqz_ctr_run *run);
+
 /* A block prepared for a commit. Prepare (compress, checksum) runs without
  * any container lock, so callers may prepare many blocks in parallel on
  * worker threads; sqz_ctr_commit then appends them in one transaction. */

@@ -75,6 +75,14 @@ int sqz_content_refresh_view_locked(struct sqz_fs *fs, struct sqz_inode *in,
 ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
                          size_t n, uint64_t off, sqz_read_spill *sp,
                          int *push, uint64_t *gen);
+/* sqz_content_read of a container without copying the data
+ * (sqz_file_read_vec: pieces of its decompressed blocks in *v); -ENOTSUP
+ * for other content, and for a damaged read of a view whose file may have
+ * been packed in place since (sqz_content_read looks for that): the caller
+ * reads into a buffer then. */
+ssize_t sqz_content_read_vec(struct sqz_fs *fs, struct sqz_handle *h,
+                             size_t n, uint64_t off, sqz_read_vec *v,
+                             sqz_read_spill *sp, int *push, uint64_t *gen);
 ssize_t sqz_content_write(struct sqz_fs *fs, struct sqz_handle *h,
                           const void *buf, size_t n, uint64_t off,
                           int writepage);

@@ -105,6 +105,34 @@ ssize_t sqz_content_read(struct sqz_fs *fs, struct sqz_handle *h, void *buf,
     return r;
 }
 
+ssize_t sqz_content_read_vec(struct sqz_fs *fs, struct sqz_handle *h,
+                             size_t n, uint64_t off, sqz_read_vec *v,
+                             sqz_read_spill *sp, int *push, uint64_t *gen)
+{
+    struct sqz_inode *in = h->inode;
+    if (sp)
+        sp->n = 0;
+    if (push)
+        *push = 0;
+    if (h->plain_fd >= 0)
+        return -ENOTSUP;
+    ssize_t r = -ENOTSUP;
+    SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
+    if (in->kind == SQZ_K_CONTAINER && in->file) {
+        /* The sample is taken under io with the read (push.c). */
+        if (sp && push && sqz_push_sample(fs, in, gen)) {
+            r = sqz_file_read_vec(in->file, n, off, v, sp);
+            *push = r >= 0 && sp->n > 0;
+        } else {
+            r = sqz_file_read_vec(in->file, n, off, v, NULL);
+        }
+        if (r == -EIO && !in->file_rw && fs->pack_in_place)
+            r = -ENOTSUP; /* packed in place meanwhile? sqz_content_read */
+    }
+    SQZ_RWUNLOCK(&in->io);
+    return r;
+}
+
 /* Before data is written: the times the user set no longer hold (see
  * restore_kept_times). */
 static void note_write_begin(struct sqz_inode *in)

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "squeezefs/container.h"
 
@@ -48,7 +49,10 @@ typedef struct sqz_engine_opts {
     int dirty_expire_ms;     /* dirty data older than this is committed by a
                                 background thread (0 = default) */
     int readahead_blocks;    /* blocks decompressed ahead of a sequential
-                                reader (0 = default; negative = off) */
+                                reader at first; the window doubles while
+                                the reader stays sequential, up to 8 MiB
+                                and cache_bytes / 16 (0 = default;
+                                negative = off) */
 } sqz_engine_opts;
 
 /* Counters since start (squeezefs stats). */
@@ -120,6 +124,22 @@ typedef struct sqz_read_spill {
 ssize_t sqz_file_read_spill(sqz_file *f, void *buf, size_t n, uint64_t off,
                             sqz_read_spill *sp);
 void sqz_read_spill_release(sqz_read_spill *sp);
+/* sqz_file_read_spill without copying the data: the bytes read are the
+ * pieces v->iov[0..v->n) in order (for fuse_reply_iov), each an immutable
+ * decompressed block's bytes held by a reference (v->ref), or zeros (a
+ * hole), or a copy in v->own of a block a writer may still change (dirty
+ * or in flight). Returns as sqz_file_read; on success with bytes, release
+ * v with sqz_read_vec_release once the pieces have been used (on an error
+ * or 0 bytes there is nothing to release). */
+typedef struct sqz_read_vec {
+    size_t n;
+    struct iovec *iov;
+    void **ref;
+    unsigned char *own;
+} sqz_read_vec;
+ssize_t sqz_file_read_vec(sqz_file *f, size_t n, uint64_t off,
+                          sqz_read_vec *v, sqz_read_spill *sp);
+void sqz_read_vec_release(sqz_read_vec *v);
 ssize_t sqz_file_write(sqz_file *f, const void *buf, size_t n, uint64_t off);
 /* Append at the current end atomically w.r.t. other writers of this file;
  * *off_out receives the offset written at. */

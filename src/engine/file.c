@@ -28,15 +28,27 @@ int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out)
     atomic_init(&f->link.dirty_since, 0);
     f->ra_next_off = UINT64_MAX;
     f->ra_cap = (size_t)e->readahead_blocks;
-    sqz_batch_init(&f->ra_batch, NULL, 0);
+    for (int k = 0; k < SQZ_RA_INFLIGHT; k++)
+        sqz_batch_init(&f->ra_batch[k], NULL, 0);
     int rc = 0;
     if (f->bs == 0 || ((size_t)1 << f->log2bs) != f->bs) {
         rc = -EINVAL;
         goto fail;
     }
     if (f->ra_cap > 0) {
-        f->ra_args = calloc(f->ra_cap, sizeof *f->ra_args);
-        f->ra_jobs = calloc(f->ra_cap, sizeof *f->ra_jobs);
+        /* the window grows from ra_cap to ra_max blocks (file_load.c) */
+        size_t mx = (SQZ_RA_MAX_BYTES >> f->log2bs);
+        if (mx > SQZ_RA_MAX_BLOCKS)
+            mx = SQZ_RA_MAX_BLOCKS;
+        /* a small cache would evict what was read ahead before it is
+         * read: the window stays within a sixteenth of it */
+        size_t cache_mx = (sqz_cache_capacity(e->cache) / 16) >> f->log2bs;
+        if (mx > cache_mx)
+            mx = cache_mx;
+        f->ra_max = mx > f->ra_cap ? mx : f->ra_cap;
+        f->ra_win = f->ra_cap;
+        f->ra_args = calloc(SQZ_RA_INFLIGHT * f->ra_max, sizeof *f->ra_args);
+        f->ra_jobs = calloc(SQZ_RA_INFLIGHT * f->ra_max, sizeof *f->ra_jobs);
         if (!f->ra_args || !f->ra_jobs) {
             rc = -ENOMEM;
             goto fail;
@@ -105,7 +117,8 @@ static int file_close(sqz_file *f, sqz_ctr **keep)
         return 0;
     sqz_engine *e = f->e;
     sqz_engine_detach(e, &f->link);
-    sqz_pool_wait(e->pool, &f->ra_batch);
+    for (int k = 0; k < SQZ_RA_INFLIGHT; k++)
+        sqz_pool_wait(e->pool, &f->ra_batch[k]);
 
     SQZ_WRLOCK(&f->lock, SQZ_RANK_FILE);
     int rc = sqz_file_commit_locked(f, f->length, NULL);
@@ -149,7 +162,8 @@ static int file_close(sqz_file *f, sqz_ctr **keep)
 void sqz_file_inherit_cache(sqz_file *nf, sqz_file *old)
 {
     sqz_engine *e = nf->e;
-    sqz_pool_wait(e->pool, &old->ra_batch); /* nothing of old arrives later */
+    for (int k = 0; k < SQZ_RA_INFLIGHT; k++) /* nothing of old arrives later */
+        sqz_pool_wait(e->pool, &old->ra_batch[k]);
     SQZ_RDLOCK(&old->lock, SQZ_RANK_FILE);
     int clean = old->ndirty == 0 && !old->inflight_head;
     uint64_t olen = old->length;

@@ -2,7 +2,9 @@
  * sqz_file, the types it holds and the helpers they share.
  *
  *   file.c         the file object: open, close, queries
- *   file_read.c    reads: read window, single-flight loading, read-ahead
+ *   file_read.c    reads: the read window
+ *   file_load.c    loading committed blocks: single flight, runs read at
+ *                  once (sqz_ctr_run_read), read-ahead
  *   file_write.c   write, append, make room (dirty bounds), truncate
  *   file_commit.c  commits: in-flight batches, commit, flush, fsync and
  *                  the flusher's write-back callback
@@ -61,11 +63,26 @@ typedef struct abatch {
     sqz_batch batch;
 } abatch;
 
-/* Read-ahead job argument. */
+/* Read-ahead job argument: blocks [idx, idx + n). */
 typedef struct ra_arg {
-    sqz_file *f;
+    struct sqz_file *f;
     uint64_t idx;
+    size_t n;
 } ra_arg;
+
+/* Blocks resolved (and decompressed) together by one read. */
+#define SQZ_READ_WINDOW 16
+/* A run read from the backing file at once (sqz_ctr_run_read): at most
+ * this many blocks and (unless one block is larger) stored bytes, so a
+ * run's buffer stays bounded. */
+#define SQZ_RUN_MAX_BLOCKS 64
+#define SQZ_RUN_MAX_BYTES ((size_t)4 << 20)
+/* The read-ahead window grows up to this many decompressed bytes (and at
+ * most SQZ_RA_MAX_BLOCKS blocks and a sixteenth of the cache; never below
+ * readahead_blocks). */
+#define SQZ_RA_MAX_BYTES ((size_t)8 << 20)
+#define SQZ_RA_MAX_BLOCKS 256
+#define SQZ_RA_INFLIGHT 4
 
 struct sqz_file {
     sqz_engine *e;
@@ -89,10 +106,16 @@ struct sqz_file {
     pthread_mutex_t ra_mu;   /* protects the read-ahead state below */
     uint64_t ra_next_off;    /* where a sequential read would start */
     uint64_t ra_hi;          /* blocks below this were already requested */
-    size_t ra_cap;           /* readahead_blocks */
+    size_t ra_cap;           /* readahead_blocks: the first window */
+    size_t ra_max;           /* the largest window (ra_args has room) */
+    size_t ra_win;           /* the next window's size */
+    size_t ra_last;          /* the last window's size (0: none yet) */
+    /* SQZ_RA_INFLIGHT windows may be in flight at once (the next one is
+     * issued while those before still load): window k uses ra_args and
+     * ra_jobs [k * ra_max, (k + 1) * ra_max). */
     ra_arg *ra_args;
     sqz_job *ra_jobs;
-    sqz_batch ra_batch;      /* in flight until sqz_pool_done */
+    sqz_batch ra_batch[SQZ_RA_INFLIGHT]; /* each in flight until sqz_pool_done */
 
     /* Single flight: blocks some thread is decompressing right now (under
      * a read lock of f->lock), so that a reader racing the read-ahead, or
@@ -178,6 +201,40 @@ static inline int take_bg_err(sqz_file *f)
     f->bg_err = 0;
     return rc;
 }
+
+/* ---- file_load.c ---- */
+
+/* Claim block idx for decompression. 1: the caller decompresses it and
+ * then calls sqz_load_done; 0: another thread is at it (sqz_load_wait,
+ * then look in the cache). Without a cache that can keep the block there
+ * is nothing to share: always 1. */
+int sqz_load_claim(sqz_file *f, uint64_t idx);
+/* The claimed block idx is in the cache now, or failed. */
+void sqz_load_done(sqz_file *f, uint64_t idx);
+/* Wait until nobody is decompressing block idx. Loaders never wait for
+ * anything but the pool, whose jobs never block, so this returns. */
+void sqz_load_wait(sqz_file *f, uint64_t idx);
+
+/* One committed block to load into b->data (the caller claimed it). */
+typedef struct sqz_load {
+    sqz_file *f;
+    uint64_t idx;
+    sqz_cblock *b;
+    ssize_t rc;              /* as sqz_ctr_read_block */
+    size_t stored;
+    size_t w;                /* the caller's own (position in its window) */
+    const sqz_ctr_run *run;  /* private */
+    size_t ri;
+} sqz_load;
+/* Load ms[0..n) (ascending idx): consecutive blocks stored together are
+ * read with one backing read each run (sqz_ctr_run_read, bounded by
+ * SQZ_RUN_MAX_*), a lone block by itself; the blocks are decompressed on
+ * the pool. Fills rc and stored; a damaged block fails only its own rc. */
+void sqz_load_blocks(sqz_file *f, sqz_load *ms, size_t n);
+/* Sequential detection at a read of [off, off+n) (n: what it will return)
+ * and the read-ahead it starts beyond that range, its blocks claimed at
+ * once; f->lock held (shared or exclusive). */
+void sqz_readahead_start(sqz_file *f, uint64_t off, size_t n);
 
 /* ---- file_write.c ---- */
 

@@ -8,6 +8,28 @@
 #include "common/errbuf.h"
 #include "common/lockorder.h"
 
+int sqz_block_decode(const sqz_ctr *c, const sqz_entry *e, const void *src,
+                     void *buf, char *err, size_t errlen)
+{
+    if (sqz_checksum(src, e->len) != e->crc) {
+        sqz_errf(err, errlen, "checksum mismatch");
+        return -EIO;
+    }
+    if (e->kind != SQZ_KIND_COMP) {
+        if (src != buf)
+            memcpy(buf, src, e->len);
+        return 0;
+    }
+    ssize_t d = sqz_decompress(c->hdr.params.alg, src, e->len, buf, c->bs);
+    if (d == -ENOMEM)
+        return -ENOMEM;
+    if (d != (ssize_t)c->bs) {
+        sqz_errf(err, errlen, "decompression failed");
+        return -EIO;
+    }
+    return 0;
+}
+
 int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
                    char *err, size_t errlen)
 {
@@ -26,17 +48,8 @@ int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
     } else if ((size_t)got != e->len) {
         r = -EIO;
         sqz_errf(err, errlen, "stored bytes lie outside the file");
-    } else if (sqz_checksum(src, e->len) != e->crc) {
-        r = -EIO;
-        sqz_errf(err, errlen, "checksum mismatch");
-    } else if (e->kind == SQZ_KIND_COMP) {
-        ssize_t d = sqz_decompress(c->hdr.params.alg, src, e->len, buf, c->bs);
-        if (d == -ENOMEM) {
-            r = -ENOMEM;
-        } else if (d != (ssize_t)c->bs) {
-            r = -EIO;
-            sqz_errf(err, errlen, "decompression failed");
-        }
+    } else {
+        r = sqz_block_decode(c, e, src, buf, err, errlen);
     }
     if (src != buf)
         free(src);

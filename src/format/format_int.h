@@ -331,6 +331,11 @@ int sqz_ctr_checkpoint_locked(sqz_ctr *c);
  * file), -ENOMEM or another I/O error. */
 int sqz_block_load(const sqz_ctr *c, const sqz_entry *e, void *buf,
                    char *err, size_t errlen);
+/* Check the stored bytes src of entry e (its len bytes, already read) and
+ * decode them into a block-sized buf (src may equal buf for a raw block).
+ * 0, -EIO with the reason in err, or -ENOMEM. Lock-free. */
+int sqz_block_decode(const sqz_ctr *c, const sqz_entry *e, const void *src,
+                     void *buf, char *err, size_t errlen);
 /* Open with an explicit I/O; on failure err receives the reason (empty if
  * none); never takes ownership of fd when own_fd == 0. */
 int sqz_ctr_open_internal(int fd, int flags, const char *label,

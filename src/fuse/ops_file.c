@@ -257,17 +257,27 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         fuse_reply_err(req, EINVAL);
         return;
     }
-    void *buf = malloc(size ? size : 1);
-    if (!buf) {
-        fuse_reply_err(req, ENOMEM);
-        return;
-    }
     struct sqz_handle *h = handle_of(fi);
     sqz_read_spill sp;
     int push = 0;
     uint64_t gen = 0;
-    ssize_t r = sqz_content_read(fs, h, buf, size, (uint64_t)off, &sp, &push,
-                                 &gen);
+    /* A container's blocks go into the reply as they are decompressed
+     * (an iovec of cached blocks: no copy here); other content, and the
+     * fallbacks of sqz_content_read_vec, through a buffer. */
+    sqz_read_vec v;
+    void *buf = NULL;
+    ssize_t r = sqz_content_read_vec(fs, h, size, (uint64_t)off, &v, &sp,
+                                     &push, &gen);
+    if (r == -ENOTSUP) {
+        buf = malloc(size ? size : 1);
+        if (!buf) {
+            fuse_reply_err(req, ENOMEM);
+            return;
+        }
+        r = sqz_content_read(fs, h, buf, size, (uint64_t)off, &sp, &push,
+                             &gen);
+        v.n = 0;
+    }
     struct sqz_inode *in = h->inode;
     /* The handle may be released as soon as the reply is out: an open
      * reference keeps the inode for the push. */
@@ -277,9 +287,14 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         atomic_fetch_add_explicit(&fs->read_errors, 1, memory_order_relaxed);
     if (r < 0)
         fuse_reply_err(req, (int)-r);
-    else
+    else if (buf || r == 0)
         fuse_reply_buf(req, buf, (size_t)r);
-    free(buf);
+    else
+        fuse_reply_iov(req, v.iov, (int)v.n);
+    if (buf)
+        free(buf);
+    else if (r > 0)
+        sqz_read_vec_release(&v);
     if (push) {
         /* After the reply: the kernel has unlocked the pages of this
          * request, which the push would otherwise wait for (push.c). */

@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 #include "engine/file_int.h"
 #include "engine/pool.h"
+#include "format/io.h"
 #include "testutil.h"
 #include "testparams.h"
 
@@ -1009,6 +1010,276 @@ static void test_damaged_block(void)
     unlink(path);
 }
 
+/* ---- runs: consecutive blocks read with one backing read ---- */
+
+/* Where block idx's stored bytes are in the backing file (found by
+ * preparing the same data again: the codecs are deterministic); with
+ * flip, a byte in their middle is changed. A checkpoint first, so that
+ * opening trusts the index instead of checking the record. */
+static off_t stored_at(const char *path, const unsigned char *data, size_t bs,
+                       uint64_t idx, int flip)
+{
+    sqz_ctr *c;
+    REQUIRE(sqz_ctr_open_path(path, SQZ_OPEN_RDWR, &c) == 0);
+    REQUIRE(sqz_ctr_checkpoint(c) == 0);
+    sqz_prepared p = {0};
+    REQUIRE(sqz_ctr_prepare(c, idx, data + idx * bs, &p) == 0);
+    REQUIRE(sqz_ctr_close(c) == 0);
+    REQUIRE(p.kind == 1 && p.stored && p.stored_len > 16);
+    int fd = open(path, O_RDWR);
+    REQUIRE(fd >= 0);
+    struct stat stt;
+    REQUIRE(fstat(fd, &stt) == 0);
+    unsigned char *file = malloc((size_t)stt.st_size);
+    REQUIRE(file);
+    REQUIRE(pread(fd, file, (size_t)stt.st_size, 0) == stt.st_size);
+    unsigned char *hit = memmem(file, (size_t)stt.st_size, p.stored,
+                                p.stored_len);
+    REQUIRE(hit);
+    off_t at = (off_t)(hit - file) + (off_t)(p.stored_len / 2);
+    unsigned char byte = (unsigned char)(file[at] ^ 0x5a);
+    if (flip)
+        REQUIRE(pwrite(fd, &byte, 1, at) == 1);
+    close(fd);
+    free(file);
+    sqz_prepared_free(&p);
+    return at;
+}
+
+/* The system calls, with the backing reads counted. */
+typedef struct counting_io {
+    atomic_ulong preads;
+    atomic_ulong bytes;
+    int fd;                  /* the container's (not its own) */
+    off_t bad_at;            /* >= 0: a read covering it fails (-EIO) */
+} counting_io;
+
+static ssize_t counting_pread(void *ctx, int fd, void *buf, size_t n,
+                              uint64_t off)
+{
+    counting_io *ci = ctx;
+    atomic_fetch_add(&ci->preads, 1);
+    atomic_fetch_add(&ci->bytes, n);
+    if (ci->bad_at >= 0 && (uint64_t)ci->bad_at >= off &&
+        (uint64_t)ci->bad_at < off + n)
+        return -EIO;
+    return sqz_io_syscalls.pread(sqz_io_syscalls.ctx, fd, buf, n, off);
+}
+
+static sqz_file *open_counted(sqz_engine *e, const char *path, counting_io *ci)
+{
+    sqz_io io = sqz_io_syscalls;
+    io.pread = counting_pread;
+    io.ctx = ci;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    sqz_ctr *c = NULL;
+    REQUIRE(sqz_ctr_open_fd_io(fd, SQZ_OPEN_RDONLY, path, &io, &c) == 0);
+    ci->fd = fd;
+    sqz_file *f = NULL;
+    REQUIRE(sqz_file_new(e, c, &f) == 0);
+    atomic_store(&ci->preads, 0);
+    atomic_store(&ci->bytes, 0);
+    return f;
+}
+
+/* A sequential reader: blocks stored one after the other come from far
+ * fewer backing reads than blocks (a read's blocks and each read-ahead
+ * window, growing while the reader stays sequential, are runs),
+ * the bytes are right across block boundaries, and a damaged block inside
+ * a run fails only the reads that touch it. A lone random read reads one
+ * block, with one backing read. */
+static void test_runs(void)
+{
+    char path[4096];
+    path_of(path, sizeof path, "runs");
+    const int log2bs = 12;
+    const size_t bs = (size_t)1 << log2bs;
+    const uint64_t nb = 256, bad = 37;
+    unsigned char *data = make_text_file(path, log2bs, nb);
+    unsigned char *buf = malloc(64 * bs);
+    REQUIRE(buf);
+    sqz_engine_opts o = {.threads = 2, .readahead_blocks = 4};
+    counting_io ci = {.bad_at = -1};
+
+    /* Clean file: reads of 3 blocks + 100 bytes, never block-aligned. */
+    for (int ra = 0; ra < 2; ra++) {
+        o.readahead_blocks = ra ? 4 : -1;
+        sqz_engine *e;
+        REQUIRE(sqz_engine_new(&o, &e) == 0);
+        sqz_file *f = open_counted(e, path, &ci);
+        const size_t step = 3 * bs + 100;
+        for (uint64_t off = 0; off < nb * bs; off += step) {
+            size_t n = step < nb * bs - off ? step : (size_t)(nb * bs - off);
+            CHECK_EQ_INT(sqz_file_read(f, buf, n, off), n);
+            CHECK(memcmp(buf, data + off, n) == 0);
+        }
+        CHECK_EQ_INT(sqz_file_close(f), 0);
+        close(ci.fd);
+        sqz_stats st;
+        sqz_engine_stats(e, &st);
+        unsigned long reads = atomic_load(&ci.preads);
+        if (ra && reads > nb / 8)
+            fprintf(stderr, "sequential read: %lu backing reads for %llu blocks\n",
+                    reads, (unsigned long long)nb);
+        /* with read-ahead: windows that grow up to SQZ_RUN_MAX_BLOCKS
+         * blocks, claimed when issued (the reader waits for them instead
+         * of reading them again); without: the 4 blocks each read
+         * touches, at once */
+        CHECK(reads <= (ra ? nb / 8 : nb / 3 + 1));
+        CHECK_EQ_INT(st.blocks_decompressed, nb);
+        sqz_engine_free(e);
+    }
+
+    /* A small cache (16 blocks): the window stays within a sixteenth of
+     * it, so nothing read ahead is evicted before the reader gets to it
+     * (every block is decompressed once). */
+    {
+        sqz_engine_opts so = {.threads = 2, .readahead_blocks = 4,
+                              .cache_bytes = 16 * bs};
+        sqz_engine *e;
+        REQUIRE(sqz_engine_new(&so, &e) == 0);
+        sqz_file *f = open_counted(e, path, &ci);
+        for (uint64_t i = 0; i < nb; i++) {
+            CHECK_EQ_INT(sqz_file_read(f, buf, bs, i * bs), bs);
+            CHECK(memcmp(buf, data + i * bs, bs) == 0);
+        }
+        CHECK_EQ_INT(sqz_file_close(f), 0);
+        close(ci.fd);
+        sqz_stats st;
+        sqz_engine_stats(e, &st);
+        CHECK_EQ_INT(st.blocks_decompressed, nb);
+        sqz_engine_free(e);
+    }
+
+    /* A random 4 KiB read: one block, one backing read, no read-ahead. */
+    {
+        sqz_engine *e;
+        o.readahead_blocks = 4;
+        REQUIRE(sqz_engine_new(&o, &e) == 0);
+        sqz_file *f = open_counted(e, path, &ci);
+        CHECK_EQ_INT(sqz_file_read(f, buf, 4096, 100 * bs), 4096);
+        CHECK(memcmp(buf, data + 100 * bs, 4096) == 0);
+        CHECK_EQ_INT(sqz_file_close(f), 0);
+        close(ci.fd);
+        CHECK_EQ_INT(atomic_load(&ci.preads), 1);
+        CHECK(atomic_load(&ci.bytes) < bs);
+        sqz_engine_free(e);
+    }
+
+    /* A bad spot of the backing file under block `bad` (its reads fail),
+     * then that block damaged (its checksum fails), inside the runs: only
+     * the reads that touch it fail. */
+    ci.bad_at = stored_at(path, data, bs, bad, 0);
+    for (int k = 0; k < 4; k++) {
+        int ra = k & 1;
+        if (k == 2) {
+            ci.bad_at = -1;
+            stored_at(path, data, bs, bad, 1);
+        }
+        o.readahead_blocks = ra ? 4 : -1;
+        sqz_engine *e;
+        REQUIRE(sqz_engine_new(&o, &e) == 0);
+        sqz_file *f = open_counted(e, path, &ci);
+        const size_t step = 3 * bs + 100;
+        for (uint64_t off = 0; off < nb * bs; off += step) {
+            size_t n = step < nb * bs - off ? step : (size_t)(nb * bs - off);
+            int hits = off < (bad + 1) * bs && off + n > bad * bs;
+            ssize_t r = sqz_file_read(f, buf, n, off);
+            if (hits) {
+                CHECK_EQ_INT(r, -EIO);
+            } else {
+                CHECK_EQ_INT(r, n);
+                CHECK(memcmp(buf, data + off, n) == 0);
+            }
+        }
+        /* its neighbours, whole, and every byte but the damaged block's */
+        CHECK_EQ_INT(sqz_file_read(f, buf, bs, bad * bs), -EIO);
+        CHECK_EQ_INT(sqz_file_read(f, buf, 1, bad * bs + bs - 1), -EIO);
+        CHECK_EQ_INT(sqz_file_read(f, buf, bad * bs, 0), bad * bs);
+        CHECK(memcmp(buf, data, bad * bs) == 0);
+        CHECK_EQ_INT(sqz_file_read(f, buf, 32 * bs, (bad + 1) * bs), 32 * bs);
+        CHECK(memcmp(buf, data + (bad + 1) * bs, 32 * bs) == 0);
+        CHECK_EQ_INT(sqz_file_close(f), 0);
+        close(ci.fd);
+        sqz_engine_free(e);
+    }
+    free(buf);
+    free(data);
+    unlink(path);
+}
+
+/* sqz_file_read_vec: the same bytes as sqz_file_read, as pieces; those of
+ * committed blocks refer to the decompressed blocks (no copy: v.own stays
+ * NULL), dirty ones are copied, holes are zeros; a damaged block fails the
+ * read and leaves nothing to release. */
+static void check_vec(sqz_file *f, const unsigned char *want, size_t n,
+                      uint64_t off, int copies)
+{
+    sqz_read_vec v;
+    ssize_t r = sqz_file_read_vec(f, n, off, &v, NULL);
+    CHECK_EQ_INT(r, n);
+    if (r <= 0)
+        return;
+    size_t at = 0;
+    for (size_t i = 0; i < v.n; i++) {
+        CHECK(at + v.iov[i].iov_len <= n);
+        if (at + v.iov[i].iov_len > n)
+            break;
+        CHECK(memcmp(v.iov[i].iov_base, want + at, v.iov[i].iov_len) == 0);
+        at += v.iov[i].iov_len;
+    }
+    CHECK_EQ_INT(at, n);
+    CHECK_EQ_INT(v.own != NULL, copies);
+    sqz_read_vec_release(&v);
+}
+
+static void test_read_vec(void)
+{
+    char path[4096];
+    path_of(path, sizeof path, "vec");
+    const int log2bs = 12;
+    const size_t bs = (size_t)1 << log2bs;
+    const uint64_t nb = 40;
+    unsigned char *data = make_text_file(path, log2bs, nb);
+    unsigned char *want = calloc(nb + 3, bs);
+    REQUIRE(want);
+    memcpy(want, data, nb * bs);
+    sqz_engine_opts o = {.threads = 2, .readahead_blocks = 4};
+    sqz_engine *e;
+    REQUIRE(sqz_engine_new(&o, &e) == 0);
+    sqz_file *f = open_file(e, path);
+    /* cold, then cached; sequential and not; across block boundaries */
+    check_vec(f, want + 100, 3 * bs, 100, 0);
+    check_vec(f, want + 100 + 3 * bs, 20 * bs + 7, 100 + 3 * bs, 0);
+    check_vec(f, want + 5 * bs, 1, 5 * bs, 0);
+    check_vec(f, want, nb * bs, 0, 0);
+    /* a dirty block (copied) and a hole past the committed end (zeros) */
+    memset(want + 7 * bs + 10, 'x', 50);
+    CHECK_EQ_INT(sqz_file_write(f, want + 7 * bs + 10, 50, 7 * bs + 10), 50);
+    CHECK_EQ_INT(sqz_file_truncate(f, (nb + 3) * bs), 0);
+    check_vec(f, want + 6 * bs + 1, 2 * bs, 6 * bs + 1, 1);
+    check_vec(f, want + (nb - 1) * bs, 4 * bs, (nb - 1) * bs, 0);
+    sqz_read_vec v;
+    CHECK_EQ_INT(sqz_file_read_vec(f, bs, (nb + 3) * bs, &v, NULL), 0);
+    CHECK_EQ_INT(sqz_file_close(f), 0);
+    sqz_engine_free(e);
+
+    /* damaged block 30: the read fails as a whole, its neighbours read */
+    free(make_text_file(path, log2bs, nb));
+    stored_at(path, data, bs, 30, 1);
+    REQUIRE(sqz_engine_new(&o, &e) == 0);
+    f = open_file(e, path);
+    CHECK_EQ_INT(sqz_file_read_vec(f, 4 * bs, 28 * bs, &v, NULL), -EIO);
+    check_vec(f, data + 20 * bs, 10 * bs, 20 * bs, 0);
+    check_vec(f, data + 31 * bs, 9 * bs, 31 * bs, 0);
+    CHECK_EQ_INT(sqz_file_close(f), 0);
+    sqz_engine_free(e);
+    free(want);
+    free(data);
+    unlink(path);
+}
+
 /* ---- dirty bounds and the background flusher ---- */
 
 static void test_dirty_bound(void)
@@ -1461,6 +1732,8 @@ int main(void)
     test_cold_read_and_readahead();
     test_readahead_no_double_work();
     test_damaged_block();
+    test_runs();
+    test_read_vec();
     test_dirty_bound();
     test_flusher();
     test_write_overlap();
