@@ -184,15 +184,26 @@ static int ptr_store(int fd, struct sqz_inode *in, const sqz_pack_ptr *p)
     return path_setx(in, SQZ_PACK_XATTR, b, n, XATTR_REPLACE);
 }
 
+/* known: the object's stat taken since its last change of size (io held
+ * across), or NULL: stat it now; *stored (if not NULL): the record as a
+ * read finds it, when written. A file with bytes has no pointer that
+ * counts (a container's is replaced by its next packing). */
 static int record_set(int fd, struct sqz_inode *in, const sqz_shown *s,
-                      const void *v, size_t n)
+                      const void *v, size_t n, const struct stat *known,
+                      sqz_shown *stored)
 {
     sqz_pack_ptr p;
-    if ((fd >= 0 || in) && packed_now(fd, in, &p)) {
+    int packed = known ? S_ISREG(known->st_mode) && known->st_size == 0 &&
+                             ptr_of(fd, in, &p) == 1
+                       : (fd >= 0 || in) && packed_now(fd, in, &p);
+    if (packed) {
         p.has_shown = 1;
         p.shown_ns = (int64_t)s->ctime.tv_sec * 1000000000LL + s->ctime.tv_nsec;
         p.shown_until = (uint32_t)s->until.tv_sec + (s->until.tv_nsec ? 1 : 0);
-        return ptr_store(fd, in, &p);
+        int r = ptr_store(fd, in, &p);
+        if (r == 0 && stored) /* (as read back: whole seconds) */
+            shown_of_ptr(&p, stored);
+        return r;
     }
     if (fd >= 0)
         return fsetxattr(fd, SQZ_SHOWN_XATTR, v, n, 0) == 0 ? 0 : -errno;
@@ -216,7 +227,8 @@ static void record_remove(int fd, struct sqz_inode *in)
 /* Write the record keeping `shown` (on fd, or in's own when fd < 0):
  * 0 or -errno; *until_ns its bound. */
 static int record_write(int fd, struct sqz_inode *in,
-                        const struct timespec *shown, int64_t *until_ns)
+                        const struct timespec *shown, int64_t *until_ns,
+                        const struct stat *known, sqz_shown *stored)
 {
     int64_t until = now_ns() + SHOWN_BOUND_NS;
     sqz_shown s = {
@@ -229,7 +241,9 @@ static int record_write(int fd, struct sqz_inode *in,
     if (in)
         atomic_store(&in->times.until_ns, until);
     *until_ns = until;
-    return record_set(fd, in, &s, b, sizeof(b));
+    if (stored)
+        *stored = s;
+    return record_set(fd, in, &s, b, sizeof(b), known, stored);
 }
 
 static void keep_failed(struct sqz_fs *fs, struct sqz_inode *in, int rc)
@@ -243,21 +257,48 @@ static void keep_failed(struct sqz_fs *fs, struct sqz_inode *in, int rc)
              "backing ctime shows)", label, strerror(-rc));
 }
 
-void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
-                     const struct timespec *shown, uint64_t gen)
+int sqz_ptimes_keep_st(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                       const struct timespec *shown, uint64_t gen,
+                       const struct stat *known, struct stat *after)
 {
     /* a shared BACKING (GlusterFS, NFS) keeps no record: read-only mounts
      * on other clients, which cache attributes, tell versions apart by
      * them, and the churn of a record after each mark let one of them read
      * bytes of two versions (test_gluster, 2 runs in 8) */
     if (!fs->pack_in_place)
-        return;
+        return -1;
     int64_t until;
-    int rc = record_write(fd, in, shown, &until);
-    if (rc == 0 && atomic_load(&in->times.gen) != gen)
+    sqz_shown rec;
+    int rc = record_write(fd, in, shown, &until, known, &rec);
+    int filled = 0;
+    if (rc == 0 && atomic_load(&in->times.gen) != gen) {
         record_remove(fd, in); /* a user's change came meanwhile: it shows */
-    forget_cache(in);
+    } else if (rc == 0 && after &&
+               (fd >= 0 ? fstat(fd, after) : sqz_backing_stat(in, after)) == 0) {
+        /* the record just written is the cache at the ctime it left (the
+         * next stat reads no xattr); a user's change since (gen bumped
+         * before it, the cache forgotten after it) leaves none */
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        filled = atomic_load(&in->times.gen) == gen;
+        if (filled) {
+            in->times.valid = 1;
+            in->times.key = after->st_ctim;
+            in->times.has = 1;
+            in->times.ctime = rec.ctime;
+            in->times.until = rec.until;
+        }
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
+    if (!filled)
+        forget_cache(in);
     keep_failed(fs, in, rc);
+    return filled ? 0 : -1;
+}
+
+void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                     const struct timespec *shown, uint64_t gen)
+{
+    sqz_ptimes_keep_st(fs, in, fd, shown, gen, NULL, NULL);
 }
 
 /* try: its io only tried (the caller holds a file's io), a while; if it
@@ -334,7 +375,7 @@ void sqz_ptimes_dir_end(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
     if (fs && !fs->pack_in_place)
         goto out; /* (as sqz_ptimes_keep) */
     int64_t until;
-    int rc = record_write(dfd, t->in, &t->shown, &until);
+    int rc = record_write(dfd, t->in, &t->shown, &until, NULL, NULL);
     if (rc == 0 && user_came(t))
         record_remove(dfd, t->in);
     if (t->in)
@@ -474,8 +515,9 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
                ts_eq(&in->times.key, &bst.st_ctim) &&
                ts_eq(&in->times.ctime, &kc);
     SQZ_MUTEX_UNLOCK(&in->meta);
+    struct stat after;
     if (!have)
-        sqz_ptimes_keep(fs, in, -1, &kc, sqz_ptimes_begin(in));
+        sqz_ptimes_keep_st(fs, in, -1, &kc, sqz_ptimes_begin(in), &bst, &after);
 }
 
 int sqz_ptimes_stat_dir(struct sqz_fs *fs, struct sqz_inode *in,
@@ -584,9 +626,9 @@ int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
     moved = 1;
     /* the atime is no change of the file: the ctime it showed stays, and so
      * do the views and caches of its content */
-    sqz_ptimes_keep(fs, in, -1, &st.st_ctim, gen);
     struct stat cur;
-    if (sqz_backing_stat(in, &cur) == 0)
+    if (sqz_ptimes_keep_st(fs, in, -1, &st.st_ctim, gen, &bst, &cur) == 0 ||
+        sqz_backing_stat(in, &cur) == 0)
         rekey_locked(in, &bst, &cur);
 out:
     SQZ_RWUNLOCK(&in->io);

@@ -30,6 +30,13 @@ uint64_t sqz_ptimes_begin(struct sqz_inode *in);
  * backing ctime is shown then. */
 void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
                      const struct timespec *shown, uint64_t gen);
+/* The same, with the object's stat since its last change of size (io held
+ * across; NULL: stat it) and, if after is not NULL, its stat once the
+ * record is written: 0 if *after is filled (the record is then what the
+ * next stat at that ctime uses, with no xattr read), -1 if not. */
+int sqz_ptimes_keep_st(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                       const struct timespec *shown, uint64_t gen,
+                       const struct stat *known, struct stat *after);
 /* Background work that adds or removes entries of a backing directory
  * (pack files): begin before, end after; the directory then shows the
  * mtime and ctime it had, unless a change through the mount came
