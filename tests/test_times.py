@@ -70,3 +70,64 @@ def test_atime_follows_the_mount_options(mount_factory, opts):
     os.close(os.open(m.path("d/f3"), os.O_WRONLY))
     assert times(m.path("d/f3")) == c
     assert m.unmount() == 0, m.log()
+
+
+def daemon_calls(pid, names, fn):
+    """Calls of the syscalls names the daemon made while fn ran
+    (strace -c -f attached to it): {name: calls}."""
+    import re
+    import signal
+    import subprocess
+    import tempfile
+    with tempfile.NamedTemporaryFile("r") as out:
+        p = subprocess.Popen(["strace", "-c", "-f", "-p", str(pid), "-o", out.name,
+                              "-e", "trace=" + ",".join(names)],
+                             stderr=subprocess.PIPE, text=True)
+        while "attached" not in p.stderr.readline():
+            assert p.poll() is None, "strace could not attach"
+        time.sleep(0.5)  # (every thread)
+        fn()
+        p.send_signal(signal.SIGINT)
+        p.communicate(timeout=30)
+        calls = {}
+        for line in out.read().splitlines():
+            f = line.split()
+            if len(f) >= 5 and f[-1] in names and re.match(r"[\d.]+$", f[0]):
+                calls[f[-1]] = int(f[3])
+        return calls
+
+
+def test_packed_files_read_their_pointer_once_per_stat(mount_factory):
+    """The kept ctime of a packed file is in its pointer, and the probe of
+    its kind reads that pointer too: a LOOKUP reads it once, not twice; and
+    an open that moves the atime, with the fstat after it (tar), reads no
+    more pointers than the record's rewrite and the open's own need."""
+    import shutil
+    if not shutil.which("strace"):
+        pytest.skip("needs strace")
+    n = 60
+    m = mount_factory()
+    os.mkdir(m.path("d"))
+    for i in range(n):
+        with open(m.path("d", f"f{i}"), "w") as f:
+            f.write(f"file {i}\n" * 20)
+    m.unmount()  # (packs them all)
+    assert all(os.stat(os.path.join(m.backing, "d", f"f{i}")).st_size == 0
+               for i in range(n))
+    m = mount_factory(backing=m.backing, name="mnt2")
+    xattr_reads = ["getxattr", "fgetxattr", "lgetxattr"]
+
+    def stat_all():
+        for i in range(n):
+            os.stat(m.path("d", f"f{i}"))
+
+    def tar_all():
+        for i in range(n):
+            with open(m.path("d", f"f{i}"), "rb") as f:
+                os.fstat(f.fileno())
+                assert f.read() == (f"file {i}\n" * 20).encode()
+
+    looked = sum(daemon_calls(m.proc.pid, xattr_reads, stat_all).values())
+    read = sum(daemon_calls(m.proc.pid, xattr_reads, tar_all).values())
+    assert looked <= n * 1.2, (looked, n)
+    assert read <= n * 3.2, (read, n)

@@ -141,6 +141,13 @@ struct sqz_inode {
                                               it was read at, the ctime it
                                               keeps, its bound */
         struct timespec kmtime, kctime; /* the kernel's (writeback cache) */
+        /* a pack pointer the record was read from, at version ptr_key, for
+         * the probe that follows (node/kind.c; used once) */
+        int ptr_seen;
+        struct sqz_bkey ptr_key;
+        uint64_t ptr_len;
+        uint32_t ptr_stored;
+        int ptr_log2bs;
     } times;
     struct {             /* push.mu (push.c): blocks pushed into the
                             kernel's page cache */

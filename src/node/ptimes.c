@@ -83,6 +83,15 @@ static int read_record(struct sqz_inode *in, const struct stat *bst,
 {
     sqz_pack_ptr p;
     if (S_ISREG(bst->st_mode) && bst->st_size == 0 && ptr_of(-1, in, &p) == 1) {
+        /* what the probe after it needs (lookup, getattr): if the file is
+         * still at this version then, it reads the pointer no second time */
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        sqz_bkey_of(bst, &in->times.ptr_key);
+        in->times.ptr_len = p.length;
+        in->times.ptr_stored = p.stored_len;
+        in->times.ptr_log2bs = p.params.log2bs;
+        in->times.ptr_seen = 1;
+        SQZ_MUTEX_UNLOCK(&in->meta);
         if (!p.has_shown)
             return 0;
         shown_of_ptr(&p, s);
