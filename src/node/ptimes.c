@@ -513,14 +513,15 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
                      strerror(-rc));
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
-    if (!keep || (moved && (rc || sqz_backing_stat(in, &bst) != 0)))
+    if (!keep || (moved && rc))
         return;
     /* the ctime: kept unless the backing file has the kernel's already, or
-     * a record of it (the cache of the last stat, keyed by this ctime) */
-    if (ts_eq(&bst.st_ctim, &kc))
+     * a record of it (the cache of the last stat, keyed by this ctime);
+     * the times just put back moved it (bst keeps its size: io held) */
+    if (!moved && ts_eq(&bst.st_ctim, &kc))
         return;
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    int have = in->times.valid && in->times.has &&
+    int have = !moved && in->times.valid && in->times.has &&
                ts_eq(&in->times.key, &bst.st_ctim) &&
                ts_eq(&in->times.ctime, &kc);
     SQZ_MUTEX_UNLOCK(&in->meta);
