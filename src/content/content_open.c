@@ -398,6 +398,9 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
             }
         }
     }
+    /* a SETATTR's ctime kept for the last writer's close (ptimes.c) */
+    if (h->writable && in->writers == 0 && sqz_ptimes_restore_owed(in))
+        sqz_content_restore_times(fs, in);
     if (in->file_users == 0 && in->create_fd >= 0) {
         close(in->create_fd); /* the container never came */
         in->create_fd = -1;

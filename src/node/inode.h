@@ -137,6 +137,8 @@ struct sqz_inode {
                                       until then (0: none) */
         int valid, has;  /* the record cache: read, and there is one */
         int kernel_set;  /* kmtime/kctime hold the kernel's times */
+        int kc_owed;     /* kctime to be kept at the last writer's close
+                            (sqz_ptimes_kernel_set; io) */
         struct timespec key, ctime, until; /* the record: the backing ctime
                                               it was read at, the ctime it
                                               keeps, its bound */

@@ -442,6 +442,8 @@ void sqz_ptimes_kernel_seen(struct sqz_fs *fs, struct sqz_inode *in,
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
+static void restore_at(struct sqz_fs *fs, struct sqz_inode *in, int may_defer);
+
 void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
                            int to_set, const struct stat *attr)
 {
@@ -460,7 +462,7 @@ void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    sqz_ptimes_restore(fs, in);
+    restore_at(fs, in, 1);
     SQZ_RWUNLOCK(&in->io);
 }
 
@@ -474,7 +476,11 @@ static int kernel_times(struct sqz_fs *fs, struct sqz_inode *in)
     return fs->opts.writeback && in->times.kernel_set && fs->pack_in_place;
 }
 
-void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
+/* may_defer: a SETATTR's (kernel_set): while the file is open for
+ * writing, the ctime is kept after the commit of the FLUSH that comes at
+ * its close (the kernel sends such SETATTRs just before it: the record
+ * would be written twice), or at the last writable handle's release. */
+static void restore_at(struct sqz_fs *fs, struct sqz_inode *in, int may_defer)
 {
     SQZ_ASSERT_HELD(&in->io);
     struct stat bst;
@@ -484,6 +490,8 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
      * utimes_kept (content_io.c) before its data can reach the backing
      * file, so the user's old times are never put back on new data */
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (!may_defer)
+        in->times.kc_owed = 0;
     struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_OMIT}};
     if (in->utimes_kept) {
         tv[0] = in->utimes[0];
@@ -513,6 +521,12 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
     SQZ_MUTEX_UNLOCK(&in->meta);
     if (!keep || (moved && rc))
         return;
+    if (may_defer && in->writers > 0) { /* (writers: io) */
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->times.kc_owed = 1;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+        return;
+    }
     /* the ctime: kept unless the backing file has the kernel's already, or
      * a record of it (the cache of the last stat, keyed by this ctime);
      * the times just put back moved it (bst keeps its size: io held) */
@@ -526,6 +540,20 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
     struct stat after;
     if (!have)
         sqz_ptimes_keep_st(fs, in, -1, &kc, sqz_ptimes_begin(in), &bst, &after);
+}
+
+void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    restore_at(fs, in, 0);
+}
+
+int sqz_ptimes_restore_owed(struct sqz_inode *in)
+{
+    SQZ_ASSERT_HELD(&in->io);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    int owed = in->times.kc_owed;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    return owed;
 }
 
 int sqz_ptimes_stat_dir(struct sqz_fs *fs, struct sqz_inode *in,

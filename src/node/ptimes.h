@@ -79,6 +79,11 @@ void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
  * kernel's (or to the times the user set: utimes_kept) and the kernel's
  * ctime kept. io held. */
 void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in);
+/* A SETATTR's ctime that came while the file was open for writing is kept
+ * by the restore after the commit of the last writer's FLUSH, or, if none
+ * came, at the release of the last writable handle: 1 if such a restore
+ * is owed (io held). */
+int sqz_ptimes_restore_owed(struct sqz_inode *in);
 /* sqz_ptimes_user for each of up to four inodes (NULL: none). */
 void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
                       struct sqz_inode *b, struct sqz_inode *c,
