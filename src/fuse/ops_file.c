@@ -210,10 +210,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     rc = sqz_chown_new(fs, req, p, name, NULL);
     if (rc == 0)
         rc = sqz_inode_lookup(fs, p, name, &st, &in);
+    struct stat made;
     if (rc == 0 && (!S_ISREG(st.st_mode) || st.st_size != 0)) {
         sqz_inode_forget(fs, in, 1); /* replaced meanwhile (not through us) */
         in = NULL;
         rc = -EAGAIN;
+    } else if (rc == 0 && fstat(fd, &made) == 0 && made.st_dev == st.st_dev &&
+               made.st_ino == st.st_ino) {
+        sqz_ptimes_new_file(fs, in); /* (no kept ctime to read) */
     }
     if (rc) {
         close(fd);

@@ -139,6 +139,10 @@ struct sqz_inode {
         int kernel_set;  /* kmtime/kctime hold the kernel's times */
         int kc_owed;     /* kctime to be kept at the last writer's close
                             (sqz_ptimes_kernel_set; io) */
+        int none;        /* a regular file with no record (read none on a
+                            read-write mount, the only writer of records):
+                            no xattr read until one is written (wgen) */
+        uint64_t wgen;   /* records written */
         struct timespec key, ctime, until; /* the record: the backing ctime
                                               it was read at, the ctime it
                                               keeps, its bound */

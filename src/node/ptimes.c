@@ -75,7 +75,7 @@ static int ptr_of(int fd, struct sqz_inode *in, sqz_pack_ptr *p)
 }
 
 /* The record of in (bst its backing stat) as read now: 1 (s filled), 0
- * none or not usable. */
+ * none, -1 none usable (damaged, or not read). */
 static int read_record(struct sqz_inode *in, const struct stat *bst,
                        sqz_shown *s)
 {
@@ -99,17 +99,19 @@ static int read_record(struct sqz_inode *in, const struct stat *bst,
     uint8_t b[SQZ_SHOWN_SIZE + 1];
     int ifd = sqz_ifd_get(in);
     if (ifd < 0)
-        return 0;
+        return -1;
     sqz_proc_path(ifd, pp, sizeof(pp));
     ssize_t n = getxattr(pp, SQZ_SHOWN_XATTR, b, sizeof(b));
+    int err = n < 0 ? errno : 0;
     sqz_ifd_put(in);
-    return n > 0 && sqz_shown_decode(b, (size_t)n, s) == 0;
+    if (n < 0)
+        return err == ENODATA ? 0 : -1;
+    return n > 0 && sqz_shown_decode(b, (size_t)n, s) == 0 ? 1 : -1;
 }
 
 void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
                       struct stat *st)
 {
-    (void)fs;
     if (!kept_kind(st))
         return;
     sqz_shown s;
@@ -121,10 +123,19 @@ void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
         s.ctime = in->times.ctime;
         s.until = in->times.until;
     }
+    int none = in->times.none;
+    uint64_t wgen = in->times.wgen;
     SQZ_MUTEX_UNLOCK(&in->meta);
     if (!cached) {
-        has = read_record(in, st, &s);
+        /* a regular file of a read-write mount on which none was read has
+         * none until this daemon, the only writer of records, writes one
+         * (record_write); a read-only mount's writer may write one */
+        int r = none ? 0 : read_record(in, st, &s);
+        has = r == 1;
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        if (r == 0 && !none && S_ISREG(st->st_mode) && !fs->opts.ro &&
+            in->times.wgen == wgen)
+            in->times.none = 1;
         in->times.valid = 1;
         in->times.key = st->st_ctim;
         in->times.has = has;
@@ -250,6 +261,12 @@ static int record_write(int fd, struct sqz_inode *in,
     *until_ns = until;
     if (stored)
         *stored = s;
+    if (in) { /* (before it: a read that found none meanwhile sets no none) */
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->times.wgen++;
+        in->times.none = 0;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
     return record_set(fd, in, &s, b, sizeof(b), known, stored);
 }
 
@@ -411,6 +428,15 @@ void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in)
     record_remove(-1, in);
     atomic_store(&in->times.until_ns, 0);
     forget_cache(in);
+}
+
+void sqz_ptimes_new_file(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    if (fs->opts.ro || in->type != S_IFREG)
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    in->times.none = 1;
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,

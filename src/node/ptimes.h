@@ -84,6 +84,9 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in);
  * came, at the release of the last writable handle: 1 if such a restore
  * is owed (io held). */
 int sqz_ptimes_restore_owed(struct sqz_inode *in);
+/* A regular file this daemon just created (no xattr): its stats read no
+ * kept ctime until one is written. */
+void sqz_ptimes_new_file(struct sqz_fs *fs, struct sqz_inode *in);
 /* sqz_ptimes_user for each of up to four inodes (NULL: none). */
 void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
                       struct sqz_inode *b, struct sqz_inode *c,
