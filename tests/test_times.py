@@ -128,9 +128,15 @@ def test_packed_files_read_their_pointer_once_per_stat(mount_factory):
                 assert f.read() == (f"file {i}\n" * 20).encode()
 
     looked = sum(daemon_calls(m.proc.pid, xattr_reads, stat_all).values())
-    read = sum(daemon_calls(m.proc.pid, xattr_reads, tar_all).values())
+    calls = daemon_calls(m.proc.pid, xattr_reads + ["read"], tar_all)
+    read = sum(calls.get(c, 0) for c in xattr_reads)
+    # requests (a read of /dev/fuse each): OPEN, IOCTL (Python's isatty),
+    # GETATTR, FLUSH, RELEASE per file; a LOOKUP more when the kernel's
+    # entry timed out meanwhile (1 s: a loaded machine), which reads the
+    # pointer once
+    lookups = max(0, calls.get("read", 0) - 5 * n)
     assert looked <= n * 1.2, (looked, n)
-    assert read <= n * 3.2, (read, n)
+    assert read <= n * 3.2 + lookups, (read, n, calls)
 
 
 def test_a_written_file_keeps_its_ctime_once_at_its_close(mount_factory):
@@ -179,10 +185,15 @@ def test_new_files_read_no_kept_ctime(mount_factory):
     def chmod_all():
         for i in range(n):
             os.chmod(m.path(f"e{i}"), 0o600)
-    reads = daemon_calls(m.proc.pid, ["getxattr", "fgetxattr", "lgetxattr"], chmod_all)
-    # (only the probe's: is the empty file a packed one; before: its pack
-    # pointer and user.squeezefs.shown read again for the kept ctime)
-    assert sum(reads.values()) <= n + 2, reads
+    xattr_reads = ["getxattr", "fgetxattr", "lgetxattr"]
+    calls = daemon_calls(m.proc.pid, xattr_reads + ["read"], chmod_all)
+    reads = sum(calls.get(c, 0) for c in xattr_reads)
+    # per SETATTR the probe's (is the empty file a packed one?) and, if the
+    # kernel's ctime is kept, the record's (is it in a pointer?), and one
+    # per LOOKUP when the kernel's entry timed out (1 s: a loaded machine);
+    # before, the stat read the pointer and user.squeezefs.shown again
+    lookups = max(0, calls.get("read", 0) - n)
+    assert reads <= 2 * n + lookups + 2, calls
     with open(m.path("e0"), "w") as f:
         time.sleep(0.05)
         f.write("now with data\n")
