@@ -101,7 +101,8 @@ def test_packed_files_read_their_pointer_once_per_stat(mount_factory):
     """The kept ctime of a packed file is in its pointer, and the probe of
     its kind reads that pointer too: a LOOKUP reads it once, not twice; and
     an open that moves the atime, with the fstat after it (tar), reads no
-    more pointers than the record's rewrite and the open's own need."""
+    more pointers than the record's rewrite and the open's own need, and
+    stats the backing file no more than the open itself does."""
     import shutil
     if not shutil.which("strace"):
         pytest.skip("needs strace")
@@ -128,7 +129,7 @@ def test_packed_files_read_their_pointer_once_per_stat(mount_factory):
                 assert f.read() == (f"file {i}\n" * 20).encode()
 
     looked = sum(daemon_calls(m.proc.pid, xattr_reads, stat_all).values())
-    calls = daemon_calls(m.proc.pid, xattr_reads + ["read"], tar_all)
+    calls = daemon_calls(m.proc.pid, xattr_reads + ["read", "newfstatat"], tar_all)
     read = sum(calls.get(c, 0) for c in xattr_reads)
     # requests (a read of /dev/fuse each): OPEN, IOCTL (Python's isatty),
     # GETATTR, FLUSH, RELEASE per file; a LOOKUP more when the kernel's
@@ -137,6 +138,9 @@ def test_packed_files_read_their_pointer_once_per_stat(mount_factory):
     lookups = max(0, calls.get("read", 0) - 5 * n)
     assert looked <= n * 1.2, (looked, n)
     assert read <= n * 3.2 + lookups, (read, n, calls)
+    # the atime moved under the open's own hold of io, from its last stat
+    # of the backing file (7 per file before: one of its own)
+    assert calls.get("newfstatat", 0) <= 6 * n + 2 * lookups + 2, calls
 
 
 def test_a_written_file_keeps_its_ctime_once_at_its_close(mount_factory):

@@ -95,9 +95,12 @@ void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
  * leaves a FUSE file's atime to the daemon and reads served from its page
  * cache never reach it, so the atime moves here, as the mount's atime
  * option says (noatime: never; strictatime: always; relatime, the
- * default: when it is not after the mtime or ctime, or a day old). io not
- * held. 1 if it moved (the kernel's attributes are to be dropped). */
-int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in);
+ * default: when it is not after the mtime or ctime, or a day old). io
+ * held exclusive (the open's own: sqz_content_open_atime); seen: the
+ * backing stat taken under this hold, or NULL (stat'ed here). 1 if it
+ * moved (the kernel's attributes are to be dropped). */
+int sqz_ptimes_atime_open_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                                 const struct stat *seen);
 /* At mount: kept ctimes written by the mount before may count for a
  * little longer (until now + the bound). */
 void sqz_ptimes_mount(struct sqz_fs *fs);

@@ -61,17 +61,20 @@ static void rekey_locked(struct sqz_inode *in, const struct stat *old,
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
-int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
+int sqz_ptimes_atime_open_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                                 const struct stat *seen)
 {
+    SQZ_ASSERT_EXCL(&in->io);
     if (fs->opts.ro || in->type != S_IFREG)
         return 0;
     int mode = atime_mode(fs);
     if (mode == ATIME_NOATIME)
         return 0;
-    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
     struct stat bst;
     int moved = 0;
-    if (sqz_backing_stat(in, &bst) != 0)
+    if (seen)
+        bst = *seen;
+    else if (sqz_backing_stat(in, &bst) != 0)
         goto out;
     struct stat st = bst;
     sqz_ptimes_apply(fs, in, &st);
@@ -113,6 +116,5 @@ int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
         sqz_backing_stat(in, &cur) == 0)
         rekey_locked(in, &bst, &cur);
 out:
-    SQZ_RWUNLOCK(&in->io);
     return moved;
 }
