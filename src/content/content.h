@@ -31,6 +31,12 @@ struct sqz_handle {
  * fills h and *keep_cache. Takes io exclusive. */
 int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
                      struct sqz_handle *h, int *keep_cache);
+/* The same; *atime 1 on entry for an open that moves the atime (for
+ * reading, not O_NOATIME): moved as the mount says under the open's own
+ * hold of io (sqz_ptimes_atime_open_locked, no stat of its own); *atime
+ * is then 1 if it moved (the kernel's attributes are to be dropped). */
+int sqz_content_open_atime(struct sqz_fs *fs, struct sqz_inode *in, int flags,
+                           struct sqz_handle *h, int *keep_cache, int *atime);
 /* The file was just created (0 bytes) by create: make it PENDING per its
  * effective policy r (sqz_resolve_new), as a first handle. create_fd: the
  * read-write fd the creation opened, or -1; it is taken (kept for the

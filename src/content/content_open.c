@@ -34,30 +34,38 @@ static int view_key(const struct sqz_inode *in, struct sqz_bkey *k)
     return 1;
 }
 
-static void record_kc(struct sqz_inode *in, const struct sqz_bkey *vk)
+static int record_kc(struct sqz_inode *in, const struct sqz_bkey *vk,
+                     struct stat *st)
 {
     struct sqz_bkey k;
     if (vk) {
         k = *vk;
     } else {
-        struct stat st;
-        if (sqz_backing_stat(in, &st) != 0)
-            return;
-        sqz_bkey_of(&st, &k);
+        if (sqz_backing_stat(in, st) != 0)
+            return 0;
+        sqz_bkey_of(st, &k);
     }
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
     in->keep_cache.key = k;
     in->keep_cache.valid = 1;
     SQZ_MUTEX_UNLOCK(&in->meta);
+    return !vk; /* *st taken */
 }
 
 static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
-                     struct sqz_handle *h, int *keep_cache);
+                     struct sqz_handle *h, int *keep_cache, int *atime);
 
 int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
                      struct sqz_handle *h, int *keep_cache)
 {
-    int rc = open_once(fs, in, flags, h, keep_cache);
+    int no = 0;
+    return sqz_content_open_atime(fs, in, flags, h, keep_cache, &no);
+}
+
+int sqz_content_open_atime(struct sqz_fs *fs, struct sqz_inode *in, int flags,
+                           struct sqz_handle *h, int *keep_cache, int *atime)
+{
+    int rc = open_once(fs, in, flags, h, keep_cache, atime);
     /* A read-only mount beside a writer: the writer packs a small file in
      * place (its container truncated to 0 bytes once the pointer is set),
      * so an open that probed the container just before can find it gone:
@@ -72,7 +80,7 @@ int sqz_content_open(struct sqz_fs *fs, struct sqz_inode *in, int flags,
             struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
-        rc = open_once(fs, in, flags, h, keep_cache);
+        rc = open_once(fs, in, flags, h, keep_cache, atime);
     }
     return rc;
 }
@@ -206,7 +214,7 @@ static int attach(struct sqz_fs *fs, struct sqz_inode *in,
 }
 
 static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
-                     struct sqz_handle *h, int *keep_cache)
+                     struct sqz_handle *h, int *keep_cache, int *atime)
 {
     int acc = flags & O_ACCMODE;
     int writable = acc != O_RDONLY;
@@ -264,7 +272,12 @@ static int open_once(struct sqz_fs *fs, struct sqz_inode *in, int flags,
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
     struct sqz_bkey vk;
-    record_kc(in, view_key(in, &vk) ? &vk : NULL);
+    struct stat kst;
+    int have_kst = record_kc(in, view_key(in, &vk) ? &vk : NULL, &kst);
+    /* the atime an open for reading moves (ptimes_atime.c): under this
+     * hold of io, from the stat just taken */
+    if (*atime)
+        *atime = sqz_ptimes_atime_open_locked(fs, in, have_kst ? &kst : NULL);
     SQZ_RWUNLOCK(&in->io);
     sqz_inode_open_ref(fs, in);
     sqz_ifd_hold(in, 1);
@@ -311,9 +324,10 @@ int sqz_content_create(struct sqz_fs *fs, struct sqz_inode *in,
             atomic_store(&h->draft, sqz_pack_drafts(fs));
         }
         struct sqz_bkey k;
+        struct stat kst;
         if (st)
             sqz_bkey_of(st, &k);
-        record_kc(in, st ? &k : NULL);
+        record_kc(in, st ? &k : NULL, &kst);
     }
     SQZ_RWUNLOCK(&in->io);
     if (create_fd >= 0)
@@ -398,6 +412,9 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
             }
         }
     }
+    /* a SETATTR's ctime kept for the last writer's close (ptimes.c) */
+    if (h->writable && in->writers == 0 && sqz_ptimes_restore_owed(in))
+        sqz_content_restore_times(fs, in);
     if (in->file_users == 0 && in->create_fd >= 0) {
         close(in->create_fd); /* the container never came */
         in->create_fd = -1;
@@ -409,8 +426,9 @@ int sqz_content_release(struct sqz_fs *fs, struct sqz_handle *h)
         in->wtime_set = 0;
         SQZ_MUTEX_UNLOCK(&in->meta);
     }
+    struct stat kst;
     if (!keep_kc_key)
-        record_kc(in, have_vk ? &vk : NULL);
+        record_kc(in, have_vk ? &vk : NULL, &kst);
     SQZ_RWUNLOCK(&in->io);
     if (h->writable)
         sqz_push_unblock(in); /* its changes are all in the daemon now */

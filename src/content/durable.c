@@ -111,8 +111,8 @@ static void put_back_times(struct sqz_fs *fs, struct entry *x, int fd)
     }
     if (now.st_ctim.tv_sec != b->st_ctim.tv_sec ||
         now.st_ctim.tv_nsec != b->st_ctim.tv_nsec) {
-        sqz_ptimes_keep(fs, in, fd, &x->shown, x->tgen);
-        if (fstat(fd, &now) != 0)
+        if (sqz_ptimes_keep_st(fs, in, fd, &x->shown, x->tgen, &now, &now) != 0 &&
+            fstat(fd, &now) != 0)
             return;
     }
     /* the caches keyed by the backing file's version stay valid */

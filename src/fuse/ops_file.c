@@ -77,7 +77,9 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     if (fi->flags & O_TRUNC)
         sqz_killpriv_req(fs, req, ino, 1);
     int kc = 0;
-    int rc = sqz_content_open(fs, in, adjust_flags(fs, fi->flags), h, &kc);
+    int atime = (fi->flags & O_ACCMODE) != O_WRONLY && !(fi->flags & O_NOATIME);
+    int rc = sqz_content_open_atime(fs, in, adjust_flags(fs, fi->flags), h,
+                                    &kc, &atime);
     if (rc) {
         free(h);
         fuse_reply_err(req, -rc);
@@ -109,8 +111,6 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
      * Drop the cached attributes before every open returns (offset -1:
      * attributes only, no page locks, safe from a handler), so the first
      * read past the old end or fstat asks again (one GETATTR per open). */
-    int atime = (fi->flags & O_ACCMODE) != O_WRONLY &&
-                !(fi->flags & O_NOATIME) && sqz_ptimes_atime_open(fs, in);
     if ((fs->opts.ro || atime) && fs->se)
         fuse_lowlevel_notify_inval_inode(fs->se, ino, -1, 0);
     if (fuse_reply_open(req, fi) != 0) { /* interrupted: undo */
@@ -210,10 +210,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
     rc = sqz_chown_new(fs, req, p, name, NULL);
     if (rc == 0)
         rc = sqz_inode_lookup(fs, p, name, &st, &in);
+    struct stat made;
     if (rc == 0 && (!S_ISREG(st.st_mode) || st.st_size != 0)) {
         sqz_inode_forget(fs, in, 1); /* replaced meanwhile (not through us) */
         in = NULL;
         rc = -EAGAIN;
+    } else if (rc == 0 && fstat(fd, &made) == 0 && made.st_dev == st.st_dev &&
+               made.st_ino == st.st_ino) {
+        sqz_ptimes_new_file(fs, in); /* (no kept ctime to read) */
     }
     if (rc) {
         close(fd);

@@ -134,10 +134,23 @@ struct sqz_inode {
                                       until then (0: none) */
         int valid, has;  /* the record cache: read, and there is one */
         int kernel_set;  /* kmtime/kctime hold the kernel's times */
+        int kc_owed;     /* kctime to be kept at the last writer's close
+                            (sqz_ptimes_kernel_set; io) */
+        int none;        /* a regular file with no record (read none on a
+                            read-write mount, the only writer of records):
+                            no xattr read until one is written (wgen) */
+        uint64_t wgen;   /* records written */
         struct timespec key, ctime, until; /* the record: the backing ctime
                                               it was read at, the ctime it
                                               keeps, its bound */
         struct timespec kmtime, kctime; /* the kernel's (writeback cache) */
+        /* a pack pointer the record was read from, at version ptr_key, for
+         * the probe that follows (node/kind.c; used once) */
+        int ptr_seen;
+        struct sqz_bkey ptr_key;
+        uint64_t ptr_len;
+        uint32_t ptr_stored;
+        int ptr_log2bs;
     } times;
     struct {             /* push.mu (push.c): blocks pushed into the
                             kernel's page cache */

@@ -127,6 +127,28 @@ static int torn_unpacking(struct sqz_inode *in, sqz_ctr *c)
 
 /* Kind and logical length of a regular file that has no open handle
  * (cached per backing version). Caller holds io (shared or exclusive). */
+/* The pointer the kept ctime's record was just read from for the stat of
+ * this request (ptimes.c), if the file is still at that version (now:
+ * stat under io): 1, PACKED (used once). A pointer replaced meanwhile by
+ * reclaiming names the same length, stored size and block size. */
+static int seen_pointer(struct sqz_inode *in, const struct stat *now,
+                        enum sqz_kind *kind, uint64_t *len)
+{
+    struct sqz_bkey k;
+    sqz_bkey_of(now, &k);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    int seen = in->times.ptr_seen && sqz_bkey_eq(&k, &in->times.ptr_key);
+    in->times.ptr_seen = 0;
+    if (seen) {
+        *kind = SQZ_K_PACKED;
+        *len = in->times.ptr_len;
+        in->probe.stored = in->times.ptr_stored;
+        in->probe.log2bs = in->times.ptr_log2bs;
+    }
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    return seen;
+}
+
 static int probe(struct sqz_fs *fs, struct sqz_inode *in,
                  struct stat *bst, enum sqz_kind *kind, uint64_t *len)
 {
@@ -157,8 +179,10 @@ static int probe(struct sqz_fs *fs, struct sqz_inode *in,
     }
     if (bst->st_size == 0) /* an empty file or a packed one (its pointer
                               is read every time: cheap, and no cache can
-                              be stale) */
-        return sqz_content_probe_empty(fs, in, kind, len);
+                              be stale; but once for the record and the
+                              probe of one stat) */
+        return seen_pointer(in, &now, kind, len)
+                   ? 0 : sqz_content_probe_empty(fs, in, kind, len);
 
     int fd = sqz_inode_reopen(in, O_RDONLY);
     if (fd < 0)

@@ -13,7 +13,6 @@
  * two always sees the other. Locks: the record's cache is under meta. */
 #include "node/ptimes.h"
 #include "daemon/fs.h"
-#include "daemon/mountinfo.h"
 #include "node/inode.h"
 #include "common/lockorder.h"
 #include "squeezefs/pack.h"
@@ -23,7 +22,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <string.h>
-#include <sys/mount.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 
@@ -77,12 +75,21 @@ static int ptr_of(int fd, struct sqz_inode *in, sqz_pack_ptr *p)
 }
 
 /* The record of in (bst its backing stat) as read now: 1 (s filled), 0
- * none or not usable. */
+ * none, -1 none usable (damaged, or not read). */
 static int read_record(struct sqz_inode *in, const struct stat *bst,
                        sqz_shown *s)
 {
     sqz_pack_ptr p;
     if (S_ISREG(bst->st_mode) && bst->st_size == 0 && ptr_of(-1, in, &p) == 1) {
+        /* what the probe after it needs (lookup, getattr): if the file is
+         * still at this version then, it reads the pointer no second time */
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        sqz_bkey_of(bst, &in->times.ptr_key);
+        in->times.ptr_len = p.length;
+        in->times.ptr_stored = p.stored_len;
+        in->times.ptr_log2bs = p.params.log2bs;
+        in->times.ptr_seen = 1;
+        SQZ_MUTEX_UNLOCK(&in->meta);
         if (!p.has_shown)
             return 0;
         shown_of_ptr(&p, s);
@@ -92,17 +99,19 @@ static int read_record(struct sqz_inode *in, const struct stat *bst,
     uint8_t b[SQZ_SHOWN_SIZE + 1];
     int ifd = sqz_ifd_get(in);
     if (ifd < 0)
-        return 0;
+        return -1;
     sqz_proc_path(ifd, pp, sizeof(pp));
     ssize_t n = getxattr(pp, SQZ_SHOWN_XATTR, b, sizeof(b));
+    int err = n < 0 ? errno : 0;
     sqz_ifd_put(in);
-    return n > 0 && sqz_shown_decode(b, (size_t)n, s) == 0;
+    if (n < 0)
+        return err == ENODATA ? 0 : -1;
+    return n > 0 && sqz_shown_decode(b, (size_t)n, s) == 0 ? 1 : -1;
 }
 
 void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
                       struct stat *st)
 {
-    (void)fs;
     if (!kept_kind(st))
         return;
     sqz_shown s;
@@ -114,10 +123,19 @@ void sqz_ptimes_apply(struct sqz_fs *fs, struct sqz_inode *in,
         s.ctime = in->times.ctime;
         s.until = in->times.until;
     }
+    int none = in->times.none;
+    uint64_t wgen = in->times.wgen;
     SQZ_MUTEX_UNLOCK(&in->meta);
     if (!cached) {
-        has = read_record(in, st, &s);
+        /* a regular file of a read-write mount on which none was read has
+         * none until this daemon, the only writer of records, writes one
+         * (record_write); a read-only mount's writer may write one */
+        int r = none ? 0 : read_record(in, st, &s);
+        has = r == 1;
         SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        if (r == 0 && !none && S_ISREG(st->st_mode) && !fs->opts.ro &&
+            in->times.wgen == wgen)
+            in->times.none = 1;
         in->times.valid = 1;
         in->times.key = st->st_ctim;
         in->times.has = has;
@@ -184,15 +202,26 @@ static int ptr_store(int fd, struct sqz_inode *in, const sqz_pack_ptr *p)
     return path_setx(in, SQZ_PACK_XATTR, b, n, XATTR_REPLACE);
 }
 
+/* known: the object's stat taken since its last change of size (io held
+ * across), or NULL: stat it now; *stored (if not NULL): the record as a
+ * read finds it, when written. A file with bytes has no pointer that
+ * counts (a container's is replaced by its next packing). */
 static int record_set(int fd, struct sqz_inode *in, const sqz_shown *s,
-                      const void *v, size_t n)
+                      const void *v, size_t n, const struct stat *known,
+                      sqz_shown *stored)
 {
     sqz_pack_ptr p;
-    if ((fd >= 0 || in) && packed_now(fd, in, &p)) {
+    int packed = known ? S_ISREG(known->st_mode) && known->st_size == 0 &&
+                             ptr_of(fd, in, &p) == 1
+                       : (fd >= 0 || in) && packed_now(fd, in, &p);
+    if (packed) {
         p.has_shown = 1;
         p.shown_ns = (int64_t)s->ctime.tv_sec * 1000000000LL + s->ctime.tv_nsec;
         p.shown_until = (uint32_t)s->until.tv_sec + (s->until.tv_nsec ? 1 : 0);
-        return ptr_store(fd, in, &p);
+        int r = ptr_store(fd, in, &p);
+        if (r == 0 && stored) /* (as read back: whole seconds) */
+            shown_of_ptr(&p, stored);
+        return r;
     }
     if (fd >= 0)
         return fsetxattr(fd, SQZ_SHOWN_XATTR, v, n, 0) == 0 ? 0 : -errno;
@@ -216,7 +245,8 @@ static void record_remove(int fd, struct sqz_inode *in)
 /* Write the record keeping `shown` (on fd, or in's own when fd < 0):
  * 0 or -errno; *until_ns its bound. */
 static int record_write(int fd, struct sqz_inode *in,
-                        const struct timespec *shown, int64_t *until_ns)
+                        const struct timespec *shown, int64_t *until_ns,
+                        const struct stat *known, sqz_shown *stored)
 {
     int64_t until = now_ns() + SHOWN_BOUND_NS;
     sqz_shown s = {
@@ -229,7 +259,15 @@ static int record_write(int fd, struct sqz_inode *in,
     if (in)
         atomic_store(&in->times.until_ns, until);
     *until_ns = until;
-    return record_set(fd, in, &s, b, sizeof(b));
+    if (stored)
+        *stored = s;
+    if (in) { /* (before it: a read that found none meanwhile sets no none) */
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->times.wgen++;
+        in->times.none = 0;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
+    return record_set(fd, in, &s, b, sizeof(b), known, stored);
 }
 
 static void keep_failed(struct sqz_fs *fs, struct sqz_inode *in, int rc)
@@ -243,21 +281,48 @@ static void keep_failed(struct sqz_fs *fs, struct sqz_inode *in, int rc)
              "backing ctime shows)", label, strerror(-rc));
 }
 
-void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
-                     const struct timespec *shown, uint64_t gen)
+int sqz_ptimes_keep_st(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                       const struct timespec *shown, uint64_t gen,
+                       const struct stat *known, struct stat *after)
 {
     /* a shared BACKING (GlusterFS, NFS) keeps no record: read-only mounts
      * on other clients, which cache attributes, tell versions apart by
      * them, and the churn of a record after each mark let one of them read
      * bytes of two versions (test_gluster, 2 runs in 8) */
     if (!fs->pack_in_place)
-        return;
+        return -1;
     int64_t until;
-    int rc = record_write(fd, in, shown, &until);
-    if (rc == 0 && atomic_load(&in->times.gen) != gen)
+    sqz_shown rec;
+    int rc = record_write(fd, in, shown, &until, known, &rec);
+    int filled = 0;
+    if (rc == 0 && atomic_load(&in->times.gen) != gen) {
         record_remove(fd, in); /* a user's change came meanwhile: it shows */
-    forget_cache(in);
+    } else if (rc == 0 && after &&
+               (fd >= 0 ? fstat(fd, after) : sqz_backing_stat(in, after)) == 0) {
+        /* the record just written is the cache at the ctime it left (the
+         * next stat reads no xattr); a user's change since (gen bumped
+         * before it, the cache forgotten after it) leaves none */
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        filled = atomic_load(&in->times.gen) == gen;
+        if (filled) {
+            in->times.valid = 1;
+            in->times.key = after->st_ctim;
+            in->times.has = 1;
+            in->times.ctime = rec.ctime;
+            in->times.until = rec.until;
+        }
+        SQZ_MUTEX_UNLOCK(&in->meta);
+    }
+    if (!filled)
+        forget_cache(in);
     keep_failed(fs, in, rc);
+    return filled ? 0 : -1;
+}
+
+void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                     const struct timespec *shown, uint64_t gen)
+{
+    sqz_ptimes_keep_st(fs, in, fd, shown, gen, NULL, NULL);
 }
 
 /* try: its io only tried (the caller holds a file's io), a while; if it
@@ -334,7 +399,7 @@ void sqz_ptimes_dir_end(struct sqz_fs *fs, int dfd, struct sqz_ptimes_dir *t)
     if (fs && !fs->pack_in_place)
         goto out; /* (as sqz_ptimes_keep) */
     int64_t until;
-    int rc = record_write(dfd, t->in, &t->shown, &until);
+    int rc = record_write(dfd, t->in, &t->shown, &until, NULL, NULL);
     if (rc == 0 && user_came(t))
         record_remove(dfd, t->in);
     if (t->in)
@@ -363,6 +428,15 @@ void sqz_ptimes_user(struct sqz_fs *fs, struct sqz_inode *in)
     record_remove(-1, in);
     atomic_store(&in->times.until_ns, 0);
     forget_cache(in);
+}
+
+void sqz_ptimes_new_file(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    if (fs->opts.ro || in->type != S_IFREG)
+        return;
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    in->times.none = 1;
+    SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
 void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
@@ -394,6 +468,8 @@ void sqz_ptimes_kernel_seen(struct sqz_fs *fs, struct sqz_inode *in,
     SQZ_MUTEX_UNLOCK(&in->meta);
 }
 
+static void restore_at(struct sqz_fs *fs, struct sqz_inode *in, int may_defer);
+
 void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
                            int to_set, const struct stat *attr)
 {
@@ -412,7 +488,7 @@ void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
     SQZ_RDLOCK(&in->io, SQZ_RANK_IO);
-    sqz_ptimes_restore(fs, in);
+    restore_at(fs, in, 1);
     SQZ_RWUNLOCK(&in->io);
 }
 
@@ -426,7 +502,11 @@ static int kernel_times(struct sqz_fs *fs, struct sqz_inode *in)
     return fs->opts.writeback && in->times.kernel_set && fs->pack_in_place;
 }
 
-void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
+/* may_defer: a SETATTR's (kernel_set): while the file is open for
+ * writing, the ctime is kept after the commit of the FLUSH that comes at
+ * its close (the kernel sends such SETATTRs just before it: the record
+ * would be written twice), or at the last writable handle's release. */
+static void restore_at(struct sqz_fs *fs, struct sqz_inode *in, int may_defer)
 {
     SQZ_ASSERT_HELD(&in->io);
     struct stat bst;
@@ -436,6 +516,8 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
      * utimes_kept (content_io.c) before its data can reach the backing
      * file, so the user's old times are never put back on new data */
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (!may_defer)
+        in->times.kc_owed = 0;
     struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_OMIT}};
     if (in->utimes_kept) {
         tv[0] = in->utimes[0];
@@ -463,19 +545,41 @@ void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
                      strerror(-rc));
     }
     SQZ_MUTEX_UNLOCK(&in->meta);
-    if (!keep || (moved && (rc || sqz_backing_stat(in, &bst) != 0)))
+    if (!keep || (moved && rc))
         return;
+    if (may_defer && in->writers > 0) { /* (writers: io) */
+        SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+        in->times.kc_owed = 1;
+        SQZ_MUTEX_UNLOCK(&in->meta);
+        return;
+    }
     /* the ctime: kept unless the backing file has the kernel's already, or
-     * a record of it (the cache of the last stat, keyed by this ctime) */
-    if (ts_eq(&bst.st_ctim, &kc))
+     * a record of it (the cache of the last stat, keyed by this ctime);
+     * the times just put back moved it (bst keeps its size: io held) */
+    if (!moved && ts_eq(&bst.st_ctim, &kc))
         return;
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    int have = in->times.valid && in->times.has &&
+    int have = !moved && in->times.valid && in->times.has &&
                ts_eq(&in->times.key, &bst.st_ctim) &&
                ts_eq(&in->times.ctime, &kc);
     SQZ_MUTEX_UNLOCK(&in->meta);
+    struct stat after;
     if (!have)
-        sqz_ptimes_keep(fs, in, -1, &kc, sqz_ptimes_begin(in));
+        sqz_ptimes_keep_st(fs, in, -1, &kc, sqz_ptimes_begin(in), &bst, &after);
+}
+
+void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    restore_at(fs, in, 0);
+}
+
+int sqz_ptimes_restore_owed(struct sqz_inode *in)
+{
+    SQZ_ASSERT_HELD(&in->io);
+    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    int owed = in->times.kc_owed;
+    SQZ_MUTEX_UNLOCK(&in->meta);
+    return owed;
 }
 
 int sqz_ptimes_stat_dir(struct sqz_fs *fs, struct sqz_inode *in,
@@ -487,108 +591,4 @@ int sqz_ptimes_stat_dir(struct sqz_fs *fs, struct sqz_inode *in,
         sqz_ptimes_apply(fs, in, st);
     SQZ_RWUNLOCK(&in->io);
     return rc;
-}
-
-enum { ATIME_RELATIME = 1, ATIME_NOATIME, ATIME_STRICT };
-
-/* The mount's atime option, read at most once a second (a remount may
- * change it). */
-static int atime_mode(struct sqz_fs *fs)
-{
-    struct timespec m;
-    clock_gettime(CLOCK_MONOTONIC, &m);
-    int64_t t = (int64_t)m.tv_sec * 1000000000LL + m.tv_nsec;
-    int64_t seen = atomic_load(&fs->times.atime_seen_ns);
-    if (seen == 0 || t - seen > 1000000000LL) {
-        unsigned long f = fs->mnt_real ? sqz_mount_flags_of(fs->mnt_real) : 0;
-        int mode = !f ? 0 : (f & MS_NOATIME) ? ATIME_NOATIME
-                 : (f & MS_STRICTATIME) ? ATIME_STRICT : ATIME_RELATIME;
-        atomic_store(&fs->times.atime_mode, mode ? mode : ATIME_RELATIME);
-        atomic_store(&fs->times.atime_seen_ns, t);
-    }
-    return atomic_load(&fs->times.atime_mode);
-}
-
-static int ts_lt(const struct timespec *a, const struct timespec *b)
-{
-    return a->tv_sec < b->tv_sec ||
-           (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
-}
-
-/* The backing file changed from version old to cur by the daemon's own
- * bookkeeping (its content did not): the views and caches keyed by old
- * stay valid (io exclusive). */
-static void rekey_locked(struct sqz_inode *in, const struct stat *old,
-                         const struct stat *cur)
-{
-    SQZ_ASSERT_EXCL(&in->io);
-    struct sqz_bkey o, c;
-    sqz_bkey_of(old, &o);
-    sqz_bkey_of(cur, &c);
-    if (in->file && !in->file_rw && sqz_bkey_eq(&in->file_key, &o))
-        in->file_key = c;
-    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (in->probe.valid && sqz_bkey_eq(&in->probe.key, &o))
-        in->probe.key = c;
-    if (in->keep_cache.valid && sqz_bkey_eq(&in->keep_cache.key, &o))
-        in->keep_cache.key = c;
-    if (in->stash && sqz_bkey_eq(&in->stash_key, &o))
-        in->stash_key = c;
-    SQZ_MUTEX_UNLOCK(&in->meta);
-}
-
-int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in)
-{
-    if (fs->opts.ro || in->type != S_IFREG)
-        return 0;
-    int mode = atime_mode(fs);
-    if (mode == ATIME_NOATIME)
-        return 0;
-    SQZ_WRLOCK(&in->io, SQZ_RANK_IO);
-    struct stat bst;
-    int moved = 0;
-    if (sqz_backing_stat(in, &bst) != 0)
-        goto out;
-    struct stat st = bst;
-    sqz_ptimes_apply(fs, in, &st);
-    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    if (fs->opts.writeback && in->times.kernel_set) {
-        st.st_mtim = in->times.kmtime;
-        st.st_ctim = in->times.kctime;
-    }
-    SQZ_MUTEX_UNLOCK(&in->meta);
-    struct timespec now;
-    clock_gettime(CLOCK_REALTIME, &now);
-    if (mode == ATIME_RELATIME && ts_lt(&st.st_mtim, &st.st_atim) &&
-        ts_lt(&st.st_ctim, &st.st_atim) &&
-        now.tv_sec - st.st_atim.tv_sec < 24 * 3600)
-        goto out;
-    uint64_t gen = sqz_ptimes_begin(in);
-    struct timespec tv[2] = {{.tv_nsec = UTIME_NOW}, {.tv_nsec = UTIME_OMIT}};
-    char pp[64];
-    int ifd = sqz_ifd_get(in);
-    if (ifd < 0)
-        goto out;
-    sqz_proc_path(ifd, pp, sizeof(pp));
-    /* meta across it: times kept to be put back after the next commit
-     * (utimes_kept) get this atime too */
-    SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
-    struct stat after;
-    int ok = utimensat(AT_FDCWD, pp, tv, 0) == 0;
-    sqz_ifd_put(in);
-    if (ok && in->utimes_kept && sqz_backing_stat(in, &after) == 0)
-        in->utimes[0] = after.st_atim;
-    SQZ_MUTEX_UNLOCK(&in->meta);
-    if (!ok)
-        goto out;
-    moved = 1;
-    /* the atime is no change of the file: the ctime it showed stays, and so
-     * do the views and caches of its content */
-    sqz_ptimes_keep(fs, in, -1, &st.st_ctim, gen);
-    struct stat cur;
-    if (sqz_backing_stat(in, &cur) == 0)
-        rekey_locked(in, &bst, &cur);
-out:
-    SQZ_RWUNLOCK(&in->io);
-    return moved;
 }

@@ -30,6 +30,13 @@ uint64_t sqz_ptimes_begin(struct sqz_inode *in);
  * backing ctime is shown then. */
 void sqz_ptimes_keep(struct sqz_fs *fs, struct sqz_inode *in, int fd,
                      const struct timespec *shown, uint64_t gen);
+/* The same, with the object's stat since its last change of size (io held
+ * across; NULL: stat it) and, if after is not NULL, its stat once the
+ * record is written: 0 if *after is filled (the record is then what the
+ * next stat at that ctime uses, with no xattr read), -1 if not. */
+int sqz_ptimes_keep_st(struct sqz_fs *fs, struct sqz_inode *in, int fd,
+                       const struct timespec *shown, uint64_t gen,
+                       const struct stat *known, struct stat *after);
 /* Background work that adds or removes entries of a backing directory
  * (pack files): begin before, end after; the directory then shows the
  * mtime and ctime it had, unless a change through the mount came
@@ -72,6 +79,14 @@ void sqz_ptimes_kernel_set(struct sqz_fs *fs, struct sqz_inode *in,
  * kernel's (or to the times the user set: utimes_kept) and the kernel's
  * ctime kept. io held. */
 void sqz_ptimes_restore(struct sqz_fs *fs, struct sqz_inode *in);
+/* A SETATTR's ctime that came while the file was open for writing is kept
+ * by the restore after the commit of the last writer's FLUSH, or, if none
+ * came, at the release of the last writable handle: 1 if such a restore
+ * is owed (io held). */
+int sqz_ptimes_restore_owed(struct sqz_inode *in);
+/* A regular file this daemon just created (no xattr): its stats read no
+ * kept ctime until one is written. */
+void sqz_ptimes_new_file(struct sqz_fs *fs, struct sqz_inode *in);
 /* sqz_ptimes_user for each of up to four inodes (NULL: none). */
 void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
                       struct sqz_inode *b, struct sqz_inode *c,
@@ -80,9 +95,12 @@ void sqz_ptimes_user4(struct sqz_fs *fs, struct sqz_inode *a,
  * leaves a FUSE file's atime to the daemon and reads served from its page
  * cache never reach it, so the atime moves here, as the mount's atime
  * option says (noatime: never; strictatime: always; relatime, the
- * default: when it is not after the mtime or ctime, or a day old). io not
- * held. 1 if it moved (the kernel's attributes are to be dropped). */
-int sqz_ptimes_atime_open(struct sqz_fs *fs, struct sqz_inode *in);
+ * default: when it is not after the mtime or ctime, or a day old). io
+ * held exclusive (the open's own: sqz_content_open_atime); seen: the
+ * backing stat taken under this hold, or NULL (stat'ed here). 1 if it
+ * moved (the kernel's attributes are to be dropped). */
+int sqz_ptimes_atime_open_locked(struct sqz_fs *fs, struct sqz_inode *in,
+                                 const struct stat *seen);
 /* At mount: kept ctimes written by the mount before may count for a
  * little longer (until now + the bound). */
 void sqz_ptimes_mount(struct sqz_fs *fs);
