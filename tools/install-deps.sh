@@ -28,6 +28,7 @@ APT_PKGS=(
     attr acl fio mergerfs python3-pytest rsync sqlite3 postgresql git
     debhelper dpkg-dev
     e2fsprogs util-linux kmod procps groff-base man-db btrfs-progs btrfs-compsize
+    strace
 )
 
 # Is the python3 on PATH Debian's own (modules come from apt) or another
