@@ -18,10 +18,11 @@ from mountlib import Mount, mount_stats, require_fuse, run_cli
 
 LIMIT = 512     # the daemon's hard open-file limit (prlimit)
 MAX_FDS = 128   # its bound (max_fds=)
-# the descriptors not counted by max_fds: /dev/fuse, BACKING's root (two),
-# the writer lock, the log, stdio, the user's open files (one at a time
-# here, and a directory being listed)
-SLACK = 16
+# the descriptors not counted by max_fds: the user's open files (one at a
+# time here, and a directory being listed); the daemon's own (the FUSE
+# device, BACKING, the writer lock, stdio, the request threads' share)
+# are within it
+SLACK = 4
 
 
 class LimitedMount(Mount):

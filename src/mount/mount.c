@@ -392,8 +392,10 @@ static int start_jobs(struct sqz_fs *fs, struct fuse_session *se)
 /* The request loop: one thread (-s), else up to 4 per engine worker. */
 static int run_loop(struct fuse_session *se, int single, int threads)
 {
-    if (single)
+    if (single) {
+        sqz_ifd_set_workers(1);
         return fuse_session_loop(se);
+    }
     struct fuse_loop_config *lc = fuse_loop_cfg_create();
     if (!lc) {
         sqz_logf(SQZ_LOG_ERR, "out of memory");
@@ -401,7 +403,9 @@ static int run_loop(struct fuse_session *se, int single, int threads)
     }
     fuse_loop_cfg_set_clone_fd(lc, 0);
     fuse_loop_cfg_set_idle_threads(lc, 10);
-    fuse_loop_cfg_set_max_threads(lc, (unsigned)(threads * 4 > 16 ? threads * 4 : 16));
+    unsigned workers = (unsigned)(threads * 4 > 16 ? threads * 4 : 16);
+    sqz_ifd_set_workers(workers);
+    fuse_loop_cfg_set_max_threads(lc, workers);
     int rc = fuse_session_loop_mt(se, lc);
     fuse_loop_cfg_destroy(lc);
     return rc;

@@ -27,7 +27,9 @@
  * pack_job.c), the reclaim notes without handles (as many: pack_gc.c),
  * the packs kept for readers (16, pack_rd.c) and the fixed
  * ones (the FUSE device, BACKING, the writer lock, stdio): IFD_FIXED;
- * the rest is this cache's */
+ * two per request thread (sqz_ifd_set_workers): a lookup's descriptor
+ * before it takes its place here, and one pinned while in use; the rest
+ * is this cache's */
 #define IFD_FIXED 32
 
 static atomic_size_t g_total;
@@ -64,6 +66,7 @@ static struct {
     dev_t dev;
     int handles;
     size_t max, count;
+    size_t base;       /* max before the request threads' share */
     struct sqz_inode *head, *tail;
     uint64_t reopens, evictions, stale;
     uint64_t replaced; /* sqz_ifd_replace calls (a handle swapped) */
@@ -86,7 +89,7 @@ int sqz_ifd_init(int root_fd, dev_t root_dev, size_t max)
     size_t t = max ? max : sqz_ifd_budget(0);
     size_t used = t * 3 / 8 + sqz_ifd_stash_max() + 3 * sqz_ifd_packs_max() +
                   IFD_FIXED;
-    G.max = t > used + IFD_MIN ? t - used : IFD_MIN;
+    G.base = G.max = t > used + IFD_MIN ? t - used : IFD_MIN;
     G.count = 0;
     G.head = G.tail = NULL;
     const char *no = getenv("SQZ_NO_HANDLES");
@@ -256,6 +259,14 @@ void sqz_ifd_attach(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
 
 void sqz_ifd_trim(void)
 {
+    trim();
+}
+
+void sqz_ifd_set_workers(unsigned n)
+{
+    LOCK();
+    G.max = G.base > 2 * (size_t)n + IFD_MIN ? G.base - 2 * (size_t)n : IFD_MIN;
+    UNLOCK();
     trim();
 }
 

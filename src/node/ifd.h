@@ -73,6 +73,10 @@ void sqz_ifd_attach(struct sqz_inode *in, int fd, struct sqz_ifd_id *id,
 struct sqz_inode *sqz_ifd_detach(struct sqz_inode *in);
 /* Close cached fds past the bound (after attach/found, no lock held). */
 void sqz_ifd_trim(void);
+/* The request loop runs up to n threads: two descriptors each are kept
+ * out of the cache's share (each may hold one a lookup opened before it
+ * is attached, and one pinned), so the daemon's own stay within max_fds=. */
+void sqz_ifd_set_workers(unsigned n);
 
 /* The pinned descriptor of in, or -errno (-ESTALE: the object it named is
  * gone or its name now names another file). Never -EMFILE while the cache
