@@ -18,6 +18,7 @@ unchanged file on a read-only mount vs on the writer's mount (loopback).
 
 Needs root, glusterfs-server/-client (tools/install-deps.sh), iproute2 + tc.
 Usage: tools/bench_gluster.py [--size 256M] [--runs 3] [--modes loopback,shaped]
+       [--baseline OTHER_SQUEEZEFS_BINARY]
 """
 import argparse
 import json
@@ -84,7 +85,17 @@ def du_bytes(path):
     return os.stat(path).st_blocks * 512
 
 
-def bench_mode(mode, data, runs, base, nopens, rate):
+class BaseMount(Mount):
+    """The read-only mount of another squeezefs binary (--baseline)."""
+    binary = None
+
+    def cmd(self):
+        c = super().cmd()
+        c[0] = self.binary
+        return c
+
+
+def bench_mode(mode, data, runs, base, nopens, rate, baseline=None):
     g = Gluster(os.path.join(base, mode), netns=NS if mode == "shaped" else None,
                 host=IP_S if mode == "shaped" else None)
     client = os.path.join(base, mode, "client")
@@ -133,16 +144,19 @@ def bench_mode(mode, data, runs, base, nopens, rate):
         logical = os.path.getsize(data)
         out["logical_bytes"] = logical
         out["container_bytes"] = os.path.getsize(os.path.join(client, "sqz", "taq.csv"))
-        res = {"raw": [], "sqz": []}
+        kinds = ("raw", "sqz") + (("base",) if baseline else ())
+        res = {k: [] for k in kinds}
+        BaseMount.binary = baseline
         for run in range(runs):
-            order = ("raw", "sqz") if run % 2 == 0 else ("sqz", "raw")
+            order = kinds if run % 2 == 0 else kinds[::-1]
             for kind in order:
                 g.umount(client)
                 g.mount(client)
                 m = None
-                if kind == "sqz":
-                    m = Mount(os.path.join(client, "sqz"), os.path.join(base, mode, "r"),
-                              options=["ro"])
+                if kind in ("sqz", "base"):
+                    m = (Mount if kind == "sqz" else BaseMount)(
+                        os.path.join(client, "sqz"), os.path.join(base, mode, "r"),
+                        options=["ro"])
                     mounts.append(m)
                     path = m.path("taq.csv")
                 else:
@@ -161,6 +175,9 @@ def bench_mode(mode, data, runs, base, nopens, rate):
         out["raw_runs"] = res["raw"]
         out["sqz_runs"] = res["sqz"]
         out["ratio"] = out["sqz_MBps"] / out["raw_MBps"]
+        if baseline:
+            out["base_MBps"] = statistics.median(res["base"])
+            out["base_runs"] = res["base"]
     finally:
         for m in mounts:
             try:
@@ -181,6 +198,8 @@ def main():
     ap.add_argument("--rate", default="1gbit", help="tc tbf rate of the shaped link")
     ap.add_argument("--opens", type=int, default=1000)
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--baseline", help="a second squeezefs binary (e.g. the commit before a "
+                    "change), read in the same rounds: 'base'")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("bench_gluster: needs root (glusterd, mounts, netns, drop_caches)")
@@ -194,7 +213,7 @@ def main():
         for mode in a.modes.split(","):
             try:
                 r = bench_mode(mode, data, a.runs, base, a.opens if mode == "loopback" else 0,
-                               a.rate)
+                               a.rate, a.baseline)
             except (GlusterUnavailable, RuntimeError) as e:
                 r = {"mode": mode, "error": str(e)}
                 print(f"{mode}: NOT MEASURED: {e}", flush=True)
@@ -210,6 +229,9 @@ def main():
             continue
         print(f"| {r['mode']} | {r['raw_MBps']:.0f} | {r['sqz_MBps']:.0f} | {r['ratio']:.2f}x | "
               f"{r['logical_bytes']} / {r['container_bytes']} |")
+        if "base_MBps" in r:
+            print(f"| {r['mode']}, baseline binary | {r['raw_MBps']:.0f} | {r['base_MBps']:.0f} | "
+                  f"{r['base_MBps'] / r['raw_MBps']:.2f}x | |")
     for r in results:
         if "opens" in r:
             o = r["opens"]
