@@ -240,3 +240,44 @@ def test_io_uring_clears_setid_bits(public_mount_factory, uring_param):
     with open(p, "r+b") as f:
         f.write(b"#")
     assert os.stat(os.path.join(m.backing, "root-write")).st_mode & 0o7777 == 0o4755
+
+
+SEEKER = r"""
+import os, sys
+p = sys.argv[1]
+fd = os.open(p, os.O_RDWR | os.O_CREAT, 0o644)
+os.pwrite(fd, b"x" * 4096, 0)
+os.pwrite(fd, b"y" * 4096, 1 << 20)  # a hole between, dirty in the kernel
+d = os.lseek(fd, 0, os.SEEK_DATA)
+h = os.lseek(fd, 0, os.SEEK_HOLE)
+os.close(fd)
+print(d, h)
+"""
+
+
+def test_io_uring_seek_with_dirty_pages_ends(mount_factory, uring_param):
+    """SEEK_DATA/SEEK_HOLE on a file with dirty pages under the writeback
+    cache: on /dev/fuse the daemon has the kernel write them back first
+    (an invalidation whose WRITEs other threads serve); over io_uring those
+    WRITEs queue on the ring whose thread waits, and the kernel hung for
+    good (the seeker and its close in D state). Over io_uring the mount
+    answers ENOSYS: the kernel's own answer (data up to the size), which
+    never misses dirty data."""
+    m = mount_uring(mount_factory)
+    p = subprocess.Popen(["python3", "-c", SEEKER, m.path("f")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        abort_connection(m.proc.pid)
+        m.kill()
+        p.kill()
+        pytest.fail("lseek over io_uring did not end within 30 s (deadlock)")
+    assert p.returncode == 0, err
+    d, h = map(int, out.split())
+    assert d == 0 and h == (1 << 20) + 4096, (d, h)
+    with open(m.path("f"), "rb") as f:
+        body = f.read()
+    assert body[:4096] == b"x" * 4096 and body[1 << 20:] == b"y" * 4096
+    assert body[4096:1 << 20] == bytes((1 << 20) - 4096)
+    assert m.unmount() == 0

@@ -390,7 +390,16 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
      * writeback cache): an invalidation of the pages from off on writes
      * them back (WRITEs handled by other threads, no lock held here)
      * before the answer is looked up. Only while a handle may write:
-     * dirty pages need one. */
+     * dirty pages need one. Over io_uring those WRITEs would queue on the
+     * ring whose one thread waits here: the kernel then hung for good in
+     * the invalidation (and the file's next close). There the mount
+     * answers no LSEEK at all (ENOSYS: the kernel's own answer for a file
+     * system without holes from then on, all data up to the size), the
+     * same for every file, so no answer misses dirty data. */
+    if (fs->opts.writeback && fs->opts.io_uring) {
+        fuse_reply_err(req, ENOSYS);
+        return;
+    }
     if (fs->opts.writeback && fs->se && sqz_content_has_writers(h->inode))
         fuse_lowlevel_notify_inval_inode(fs->se, ino, off & ~(off_t)4095, 0);
     uint64_t at = 0;
