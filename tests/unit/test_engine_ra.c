@@ -199,8 +199,56 @@ static void run(int vec_cache_blocks, int ra)
     free(dir);
 }
 
+/* Without a cache that can keep a block (cache=0, or smaller than a
+ * block), what the read-ahead decompresses is thrown away at once: a
+ * sequential reader must decompress every block once, not twice. */
+static void test_no_cache_no_readahead(void)
+{
+    char *dir = sqz_test_tmpdir();
+    REQUIRE(dir);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/nocache", dir);
+    const size_t sizes[] = {SQZ_ENGINE_CACHE_OFF, BS / 2};
+    for (int k = 0; k < 2; k++) {
+        sqz_engine_opts o = {.threads = 2, .cache_bytes = sizes[k],
+                             .readahead_blocks = 4};
+        sqz_engine *e;
+        REQUIRE(sqz_engine_new(&o, &e) == 0);
+        sqz_params p = params_of(SQZ_ALG_LZ4, LOG2BS);
+        sqz_ctr *c = NULL;
+        REQUIRE(sqz_ctr_create_path(path, &p, 0644, &c) == 0);
+        sqz_file *f = NULL;
+        REQUIRE(sqz_file_new(e, c, &f) == 0);
+        unsigned char *buf = malloc(2 * BS);
+        REQUIRE(buf);
+        for (uint64_t b = 0; b < NB; b++) {
+            fill_block(buf, b, 1);
+            CHECK_EQ_INT(sqz_file_write(f, buf, BS, b * BS), BS);
+        }
+        CHECK_EQ_INT(sqz_file_close(f), 0);
+        REQUIRE(sqz_ctr_open_path(path, SQZ_OPEN_RDONLY, &c) == 0);
+        REQUIRE(sqz_file_new(e, c, &f) == 0);
+        sqz_stats before, after;
+        sqz_engine_stats(e, &before);
+        for (uint64_t b = 0; b < NB; b += 2) {
+            CHECK_EQ_INT(sqz_file_read(f, buf, 2 * BS, b * BS), 2 * BS);
+            CHECK_EQ_INT(block_version(buf, b), 1);
+            CHECK_EQ_INT(block_version(buf + BS, b + 1), 1);
+        }
+        CHECK_EQ_INT(sqz_file_close(f), 0);
+        sqz_engine_stats(e, &after);
+        CHECK_EQ_INT(after.blocks_decompressed - before.blocks_decompressed, NB);
+        sqz_engine_free(e);
+        free(buf);
+        unlink(path);
+    }
+    rmdir(dir);
+    free(dir);
+}
+
 int main(void)
 {
+    test_no_cache_no_readahead();
     run(1024, 4); /* windows up to 16 blocks, 4 in flight */
     run(64, 4);   /* a small cache: read-ahead evicted before it is used */
     run(1024, -1);
