@@ -52,7 +52,8 @@ typedef struct sqz_engine_opts {
                                 reader at first; the window doubles while
                                 the reader stays sequential, up to 8 MiB
                                 and cache_bytes / 16 (0 = default;
-                                negative = off) */
+                                negative = off; off too without a cache
+                                that holds a block) */
 } sqz_engine_opts;
 
 /* Counters since start (squeezefs stats). */

@@ -27,7 +27,10 @@ int sqz_file_new(sqz_engine *e, sqz_ctr *c, sqz_file **out)
     f->length = f->committed_len = sqz_ctr_length(c);
     atomic_init(&f->link.dirty_since, 0);
     f->ra_next_off = UINT64_MAX;
-    f->ra_cap = (size_t)e->readahead_blocks;
+    /* Read-ahead only into a cache that can keep a block: without one,
+     * every block read ahead would be decompressed again by its reader. */
+    f->ra_cap = sqz_cache_capacity(e->cache) >= f->bs
+                    ? (size_t)e->readahead_blocks : 0;
     for (int k = 0; k < SQZ_RA_INFLIGHT; k++)
         sqz_batch_init(&f->ra_batch[k], NULL, 0);
     int rc = 0;
