@@ -60,7 +60,7 @@ static void tune_readahead(struct sqz_fs *fs)
     SQZ_MUTEX_UNLOCK(&fs->readahead.mu);
 }
 
-static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void open_do(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *in = sqz_inode_of(fs, ino);
@@ -117,6 +117,39 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         sqz_content_release(fs, h);
         free(h);
     }
+}
+
+struct open_args {
+    fuse_req_t req;
+    fuse_ino_t ino;
+    struct fuse_file_info fi; /* the reply's, a copy */
+};
+
+static void open_deferred(void *arg)
+{
+    struct open_args *a = arg;
+    open_do(a->req, a->ino, &a->fi);
+}
+
+/* Over io_uring an open that may change the content (writable, O_TRUNC)
+ * or fence pushes (a read-only mount's new view) waits for no push on its
+ * ring thread: it blocks pushes at once, or is handed to the defer thread
+ * when one is in flight (push.c, defer.c). */
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    int changer = (fi->flags & (O_ACCMODE | O_TRUNC)) != O_RDONLY ||
+                  fs->opts.ro;
+    if (!changer || in->type != S_IFREG || sqz_push_preblock(fs, in) == 0) {
+        open_do(req, ino, fi);
+        sqz_push_preblock_end(in);
+        return;
+    }
+    struct open_args a = {.req = req, .ino = ino, .fi = *fi};
+    int rc = sqz_defer(fs, open_deferred, &a, sizeof(a));
+    if (rc)
+        fuse_reply_err(req, -rc);
 }
 
 /* Remove name from p again (a creation that failed). */
@@ -299,7 +332,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         free(buf);
     else if (r > 0)
         sqz_read_vec_release(&v);
-    if (push) {
+    if (push && fs->opts.io_uring) {
+        /* The reply leaves with the ring's batch: the pusher thread stores
+         * the blocks (pushq.c), taking over sp and the open reference. */
+        sqz_pushq_add(fs, ino, in, gen, &sp);
+    } else if (push) {
         /* After the reply: the kernel has unlocked the pages of this
          * request, which the push would otherwise wait for (push.c). */
         sqz_push_store(fs, ino, in, gen, &sp);
