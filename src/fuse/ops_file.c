@@ -162,6 +162,41 @@ static void unlink_in(struct sqz_inode *p, const char *name)
     }
 }
 
+struct create_args {
+    fuse_req_t req;
+    struct fuse_entry_param e; /* of the file found, looked up */
+    struct fuse_file_info fi;
+    struct sqz_handle *h;
+    int flags;
+};
+
+/* A CREATE that found the file made meanwhile by another creator: open
+ * it, and reply (or forget the lookup). */
+static void create_open(void *arg)
+{
+    struct create_args *a = arg;
+    struct sqz_fs *fs = sqz_fs_of(a->req);
+    struct sqz_inode *in = sqz_inode_of(fs, a->e.ino);
+    int kc = 0;
+    if ((a->fi.flags & O_TRUNC) && (a->fi.flags & O_ACCMODE) != O_RDONLY)
+        sqz_killpriv_create_trunc(fs, a->req, in);
+    int rc = sqz_content_open(fs, in, a->flags & ~O_CREAT, a->h, &kc);
+    if (rc) {
+        free(a->h);
+        sqz_inode_forget(fs, in, 1);
+        fuse_reply_err(a->req, -rc);
+        return;
+    }
+    sqz_getattr(fs, in, &a->e.attr); /* as the open left it (O_TRUNC, set-ID bits) */
+    a->fi.fh = (uint64_t)(uintptr_t)a->h;
+    a->fi.keep_cache = kc ? 1 : 0;
+    if (fuse_reply_create(a->req, &a->e, &a->fi) != 0) {
+        sqz_content_release(fs, a->h);
+        free(a->h);
+        sqz_inode_forget(fs, in, 1);
+    }
+}
+
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
                       mode_t mode, struct fuse_file_info *fi)
 {
@@ -207,28 +242,22 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
             rc = sqz_do_lookup(fs, p, name, &e);
             if (rc == 0) {
                 struct sqz_inode *in = sqz_inode_of(fs, e.ino);
-                int kc = 0, acc = fi->flags & O_ACCMODE; /* the caller's */
+                int acc = fi->flags & O_ACCMODE; /* the caller's */
                 int mask = (acc != O_WRONLY ? R_OK : 0) |
                            (acc != O_RDONLY || (fi->flags & O_TRUNC) ? W_OK : 0);
                 rc = in->type != S_IFREG ? -EISDIR : sqz_req_may(req, &e.attr, mask);
-                if (rc == 0 && (fi->flags & O_TRUNC) && acc != O_RDONLY)
-                    sqz_killpriv_create_trunc(fs, req, in);
-                if (rc == 0)
-                    rc = sqz_content_open(fs, in, flags & ~O_CREAT, h, &kc);
-                if (rc == 0) /* as the open left it (O_TRUNC, set-ID bits) */
-                    sqz_getattr(fs, in, &e.attr);
-                if (rc) {
-                    sqz_inode_forget(fs, in, 1);
-                } else {
-                    fi->fh = (uint64_t)(uintptr_t)h;
-                    fi->keep_cache = kc ? 1 : 0;
-                    if (fuse_reply_create(req, &e, fi) != 0) {
-                        sqz_content_release(fs, h);
-                        free(h);
-                        sqz_inode_forget(fs, in, 1);
+                if (rc == 0) { /* an open of a file: as op_open over io_uring */
+                    struct create_args a = {req, e, *fi, h, flags};
+                    if (sqz_push_preblock(fs, in) == 0) {
+                        create_open(&a);
+                        sqz_push_preblock_end(in);
+                        return;
                     }
-                    return;
+                    rc = sqz_defer(fs, create_open, &a, sizeof(a));
+                    if (rc == 0)
+                        return;
                 }
+                sqz_inode_forget(fs, in, 1);
             }
         }
         free(h);
