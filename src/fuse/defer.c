@@ -7,7 +7,9 @@
  * the handler queues the whole request here instead, and this thread runs
  * it (and replies; libfuse takes a reply from any thread) while the rings
  * go on serving the READs the push waits for. Rare: only a change that
- * meets a push of the same file. */
+ * meets a push of the same file. Also an lseek(SEEK_DATA/HOLE) of a file
+ * open for writing: its invalidation of the kernel's pages waits for the
+ * WRITEs of their writeback, which may be queued on its own ring. */
 #include "fuse/ops.h"
 #include "daemon/fs.h"
 #include "common/lockorder.h"

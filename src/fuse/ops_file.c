@@ -443,11 +443,39 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
     fuse_reply_err(req, -rc);
 }
 
+struct lseek_args {
+    fuse_req_t req;
+    fuse_ino_t ino;
+    off_t off;
+    int whence;
+    struct fuse_file_info fi;
+};
+
+static void lseek_do(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+                     struct fuse_file_info *fi, int inval)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_handle *h = handle_of(fi);
+    if (inval)
+        fuse_lowlevel_notify_inval_inode(fs->se, ino, off & ~(off_t)4095, 0);
+    uint64_t at = 0;
+    int rc = sqz_content_lseek(fs, h, (uint64_t)off, whence, &at);
+    if (rc < 0)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_lseek(req, (off_t)at);
+}
+
+static void lseek_deferred(void *arg)
+{
+    struct lseek_args *a = arg;
+    lseek_do(a->req, a->ino, a->off, a->whence, &a->fi, 1);
+}
+
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
                      struct fuse_file_info *fi)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
-    struct sqz_handle *h = handle_of(fi);
     if (off < 0) {
         fuse_reply_err(req, ENXIO);
         return;
@@ -456,15 +484,19 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
      * writeback cache): an invalidation of the pages from off on writes
      * them back (WRITEs handled by other threads, no lock held here)
      * before the answer is looked up. Only while a handle may write:
-     * dirty pages need one. */
-    if (fs->opts.writeback && fs->se && sqz_content_has_writers(h->inode))
-        fuse_lowlevel_notify_inval_inode(fs->se, ino, off & ~(off_t)4095, 0);
-    uint64_t at = 0;
-    int rc = sqz_content_lseek(fs, h, (uint64_t)off, whence, &at);
-    if (rc < 0)
-        fuse_reply_err(req, -rc);
-    else
-        fuse_reply_lseek(req, (off_t)at);
+     * dirty pages need one. Over io_uring not on a ring thread: those
+     * WRITEs may be queued on its own ring (a deadlock seen in
+     * test_posix's test_lseek_data_hole_end): the defer thread does it. */
+    int inval = fs->opts.writeback && fs->se &&
+                sqz_content_has_writers(handle_of(fi)->inode);
+    if (inval && fs->opts.io_uring) {
+        struct lseek_args a = {req, ino, off, whence, *fi};
+        int rc = sqz_defer(fs, lseek_deferred, &a, sizeof(a));
+        if (rc)
+            fuse_reply_err(req, -rc);
+        return;
+    }
+    lseek_do(req, ino, off, whence, fi, inval);
 }
 
 static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,
