@@ -319,3 +319,35 @@ def test_io_uring_pushes_never_stale_racing_changes(mount_factory, tmp_path,
     finally:
         watchdog.cancel()
     assert not fired, "aborted after 120 s: deadlock"
+
+
+LSEEKER = r"""
+import os, sys
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR, 0o644)
+os.write(fd, b"squeeze " * 40000)  # dirty pages in the kernel (writeback cache)
+assert os.lseek(fd, 0, os.SEEK_DATA) == 0
+assert os.lseek(fd, 0, os.SEEK_HOLE) == 320000
+os.close(fd)
+"""
+
+
+def test_io_uring_lseek_with_dirty_pages_no_deadlock(mount_factory, uring_param):
+    """lseek(SEEK_DATA) of a file open for writing: the daemon invalidates the
+    kernel's pages from the offset first, which writes the dirty ones back,
+    as WRITEs sent from the thread asking, a ring thread pinned to its core:
+    they queue on its own ring, which waited for them for ever (test_posix
+    over io_uring hung). The defer thread does it now (src/fuse/defer.c)."""
+    m = mount_uring(mount_factory)
+    p = subprocess.Popen(["python3", "-c", LSEEKER, m.path("f")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = p.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        abort_connection(m.proc.pid)
+        m.kill()
+        p.kill()
+        p.wait()
+        pytest.fail("lseek over io_uring did not end within 30 s (deadlock)")
+    assert p.returncode == 0, err
+    with open(m.path("f"), "rb") as f:
+        assert f.read() == b"squeeze " * 40000
