@@ -58,11 +58,12 @@ def extra_mount_options():
 
 
 def skip_if_io_uring(what):
-    """Skip a test of the page-cache push (src/node/push.c), which is off
-    over io_uring, when the suite runs with SQZ_MOUNT_OPTS=io_uring."""
+    """Skip a test of the packed file's push at open (src/node/push.c,
+    sqz_push_packed), which is off over io_uring (it would run on the
+    open's ring thread), when the suite runs with SQZ_MOUNT_OPTS=io_uring."""
     if "io_uring" in extra_mount_options():
         import pytest
-        pytest.skip(f"{what}: nothing is pushed over io_uring (SQZ_MOUNT_OPTS)")
+        pytest.skip(f"{what}: not pushed over io_uring (SQZ_MOUNT_OPTS)")
 
 
 def run_cli(*args, check=True, input=None, timeout=300, env=None):

@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 
-from mountlib import extra_mount_options, mount_stats, run_cli, skip_if_io_uring
+from mountlib import mount_stats, run_cli
 
 PAGE = 4096
 N = 1024                # pages of the file at rest (4 MiB, 32 blocks of 128K)
@@ -231,7 +231,6 @@ def test_checker_tells_torn_reads_from_stale_ones():
 
 
 def test_neighbours_of_a_random_read_come_from_the_kernel(mount_factory):
-    skip_if_io_uring("neighbours pushed into the kernel")
     m = mount_factory()
     path = m.path("f")
     data = b"".join(page(p, 0) for p in range(N))
@@ -306,11 +305,9 @@ def test_random_reads_racing_writes_truncates_appends_recompress(mount_factory,
     # Every read of an old version, and every anomaly below the zone, fails.
     assert not bad, f"{len(bad)} of {len(reads)} reads saw bytes the file never " \
                     f"held during the read, e.g. {bad[:3]}"
-    # the race was real: many blocks pushed (none over io_uring), many changes
-    if "io_uring" in extra_mount_options():
-        assert after["pushed_blocks"] == before["pushed_blocks"], after
-    else:
-        assert after["pushed_blocks"] - before["pushed_blocks"] >= 200, after
+    # the race was real: many blocks pushed (over io_uring too, by the
+    # pusher thread: test_io_uring.py runs this test so), many changes
+    assert after["pushed_blocks"] - before["pushed_blocks"] >= 200, after
     assert len(events) >= 300 and len(reads) >= 3000, (len(events), len(reads))
     assert watch.max <= (CACHE_MB + 64) * 1024, f"daemon RSS {watch.max} KiB"
     # the file is intact afterwards: every page is one of its states

@@ -31,6 +31,7 @@
 enum sqz_lock_rank {
     /* the daemon (src/daemon .. src/mount) */
     SQZ_RANK_READAHEAD = 10,  /* sqz_fs.readahead.mu */
+    SQZ_RANK_DEFER = 15,      /* sqz_defer.mu (src/fuse/defer.c) */
     SQZ_RANK_DIRHANDLE = 20,  /* sqz_dirhandle.lock */
     SQZ_RANK_IO = 30,         /* sqz_inode.io (rwlock) */
     SQZ_RANK_DURABLE = 40,    /* sqz_durable.mu (durable.c) */
@@ -40,6 +41,7 @@ enum sqz_lock_rank {
     SQZ_RANK_ITABLE = 50,     /* sqz_fs.itable.lock */
     SQZ_RANK_META = 60,       /* sqz_inode.meta */
     SQZ_RANK_PUSH = 65,       /* sqz_inode.push.mu (push.c) */
+    SQZ_RANK_PUSHQ = 66,      /* sqz_pushq.mu (pushq.c) */
     SQZ_RANK_PACKRD = 67,     /* sqz_pack_rd.mu (pack_rd.c) */
     SQZ_RANK_IDENT = 70,      /* sqz_ident.mu (ident.c) */
     /* src/engine */

@@ -81,6 +81,8 @@ struct sqz_fs {
 
     /* the subsystems' own state */
     struct sqz_durable *durable; /* durable.c; NULL before start */
+    struct sqz_defer *defer;    /* src/fuse/defer.c: over io_uring, else
+                                   NULL */
     struct sqz_packer *packer;  /* pack_job.c (durable thread only) */
     struct sqz_pack_gc *pack_gc; /* pack_gc.c */
     struct sqz_pack_rd *pack_rd; /* pack_rd.c */
@@ -99,6 +101,8 @@ struct sqz_fs {
     struct {                    /* push.c: pushes into the page cache */
         atomic_uint inflight;   /* running now */
         atomic_uint_fast64_t blocks, bytes, skipped; /* stats */
+        struct sqz_pushq *q;    /* pushq.c: over io_uring, else NULL */
+        atomic_int queue_on;    /* pushq.c: its thread takes pushes */
     } push;
     struct {                    /* ptimes.c */
         _Atomic int64_t shown_start_ns; /* until then, a kept ctime an

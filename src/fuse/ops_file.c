@@ -60,7 +60,7 @@ static void tune_readahead(struct sqz_fs *fs)
     SQZ_MUTEX_UNLOCK(&fs->readahead.mu);
 }
 
-static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+static void open_do(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
     struct sqz_inode *in = sqz_inode_of(fs, ino);
@@ -119,6 +119,39 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
     }
 }
 
+struct open_args {
+    fuse_req_t req;
+    fuse_ino_t ino;
+    struct fuse_file_info fi; /* the reply's, a copy */
+};
+
+static void open_deferred(void *arg)
+{
+    struct open_args *a = arg;
+    open_do(a->req, a->ino, &a->fi);
+}
+
+/* Over io_uring an open that may change the content (writable, O_TRUNC)
+ * or fence pushes (a read-only mount's new view) waits for no push on its
+ * ring thread: it blocks pushes at once, or is handed to the defer thread
+ * when one is in flight (push.c, defer.c). */
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_inode *in = sqz_inode_of(fs, ino);
+    int changer = (fi->flags & (O_ACCMODE | O_TRUNC)) != O_RDONLY ||
+                  fs->opts.ro;
+    if (!changer || in->type != S_IFREG || sqz_push_preblock(fs, in) == 0) {
+        open_do(req, ino, fi);
+        sqz_push_preblock_end(in);
+        return;
+    }
+    struct open_args a = {.req = req, .ino = ino, .fi = *fi};
+    int rc = sqz_defer(fs, open_deferred, &a, sizeof(a));
+    if (rc)
+        fuse_reply_err(req, -rc);
+}
+
 /* Remove name from p again (a creation that failed). */
 static void unlink_in(struct sqz_inode *p, const char *name)
 {
@@ -126,6 +159,41 @@ static void unlink_in(struct sqz_inode *p, const char *name)
     if (pfd >= 0) {
         unlinkat(pfd, name, 0);
         sqz_ifd_put(p);
+    }
+}
+
+struct create_args {
+    fuse_req_t req;
+    struct fuse_entry_param e; /* of the file found, looked up */
+    struct fuse_file_info fi;
+    struct sqz_handle *h;
+    int flags;
+};
+
+/* A CREATE that found the file made meanwhile by another creator: open
+ * it, and reply (or forget the lookup). */
+static void create_open(void *arg)
+{
+    struct create_args *a = arg;
+    struct sqz_fs *fs = sqz_fs_of(a->req);
+    struct sqz_inode *in = sqz_inode_of(fs, a->e.ino);
+    int kc = 0;
+    if ((a->fi.flags & O_TRUNC) && (a->fi.flags & O_ACCMODE) != O_RDONLY)
+        sqz_killpriv_create_trunc(fs, a->req, in);
+    int rc = sqz_content_open(fs, in, a->flags & ~O_CREAT, a->h, &kc);
+    if (rc) {
+        free(a->h);
+        sqz_inode_forget(fs, in, 1);
+        fuse_reply_err(a->req, -rc);
+        return;
+    }
+    sqz_getattr(fs, in, &a->e.attr); /* as the open left it (O_TRUNC, set-ID bits) */
+    a->fi.fh = (uint64_t)(uintptr_t)a->h;
+    a->fi.keep_cache = kc ? 1 : 0;
+    if (fuse_reply_create(a->req, &a->e, &a->fi) != 0) {
+        sqz_content_release(fs, a->h);
+        free(a->h);
+        sqz_inode_forget(fs, in, 1);
     }
 }
 
@@ -174,28 +242,22 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
             rc = sqz_do_lookup(fs, p, name, &e);
             if (rc == 0) {
                 struct sqz_inode *in = sqz_inode_of(fs, e.ino);
-                int kc = 0, acc = fi->flags & O_ACCMODE; /* the caller's */
+                int acc = fi->flags & O_ACCMODE; /* the caller's */
                 int mask = (acc != O_WRONLY ? R_OK : 0) |
                            (acc != O_RDONLY || (fi->flags & O_TRUNC) ? W_OK : 0);
                 rc = in->type != S_IFREG ? -EISDIR : sqz_req_may(req, &e.attr, mask);
-                if (rc == 0 && (fi->flags & O_TRUNC) && acc != O_RDONLY)
-                    sqz_killpriv_create_trunc(fs, req, in);
-                if (rc == 0)
-                    rc = sqz_content_open(fs, in, flags & ~O_CREAT, h, &kc);
-                if (rc == 0) /* as the open left it (O_TRUNC, set-ID bits) */
-                    sqz_getattr(fs, in, &e.attr);
-                if (rc) {
-                    sqz_inode_forget(fs, in, 1);
-                } else {
-                    fi->fh = (uint64_t)(uintptr_t)h;
-                    fi->keep_cache = kc ? 1 : 0;
-                    if (fuse_reply_create(req, &e, fi) != 0) {
-                        sqz_content_release(fs, h);
-                        free(h);
-                        sqz_inode_forget(fs, in, 1);
+                if (rc == 0) { /* an open of a file: as op_open over io_uring */
+                    struct create_args a = {req, e, *fi, h, flags};
+                    if (sqz_push_preblock(fs, in) == 0) {
+                        create_open(&a);
+                        sqz_push_preblock_end(in);
+                        return;
                     }
-                    return;
+                    rc = sqz_defer(fs, create_open, &a, sizeof(a));
+                    if (rc == 0)
+                        return;
                 }
+                sqz_inode_forget(fs, in, 1);
             }
         }
         free(h);
@@ -299,7 +361,11 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         free(buf);
     else if (r > 0)
         sqz_read_vec_release(&v);
-    if (push) {
+    if (push && fs->opts.io_uring) {
+        /* The reply leaves with the ring's batch: the pusher thread stores
+         * the blocks (pushq.c), taking over sp and the open reference. */
+        sqz_pushq_add(fs, ino, in, gen, &sp);
+    } else if (push) {
         /* After the reply: the kernel has unlocked the pages of this
          * request, which the push would otherwise wait for (push.c). */
         sqz_push_store(fs, ino, in, gen, &sp);
@@ -377,11 +443,39 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off,
     fuse_reply_err(req, -rc);
 }
 
+struct lseek_args {
+    fuse_req_t req;
+    fuse_ino_t ino;
+    off_t off;
+    int whence;
+    struct fuse_file_info fi;
+};
+
+static void lseek_do(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+                     struct fuse_file_info *fi, int inval)
+{
+    struct sqz_fs *fs = sqz_fs_of(req);
+    struct sqz_handle *h = handle_of(fi);
+    if (inval)
+        fuse_lowlevel_notify_inval_inode(fs->se, ino, off & ~(off_t)4095, 0);
+    uint64_t at = 0;
+    int rc = sqz_content_lseek(fs, h, (uint64_t)off, whence, &at);
+    if (rc < 0)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_lseek(req, (off_t)at);
+}
+
+static void lseek_deferred(void *arg)
+{
+    struct lseek_args *a = arg;
+    lseek_do(a->req, a->ino, a->off, a->whence, &a->fi, 1);
+}
+
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
                      struct fuse_file_info *fi)
 {
     struct sqz_fs *fs = sqz_fs_of(req);
-    struct sqz_handle *h = handle_of(fi);
     if (off < 0) {
         fuse_reply_err(req, ENXIO);
         return;
@@ -390,24 +484,19 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
      * writeback cache): an invalidation of the pages from off on writes
      * them back (WRITEs handled by other threads, no lock held here)
      * before the answer is looked up. Only while a handle may write:
-     * dirty pages need one. Over io_uring those WRITEs would queue on the
-     * ring whose one thread waits here: the kernel then hung for good in
-     * the invalidation (and the file's next close). There the mount
-     * answers no LSEEK at all (ENOSYS: the kernel's own answer for a file
-     * system without holes from then on, all data up to the size), the
-     * same for every file, so no answer misses dirty data. */
-    if (fs->opts.writeback && fs->opts.io_uring) {
-        fuse_reply_err(req, ENOSYS);
+     * dirty pages need one. Over io_uring not on a ring thread: those
+     * WRITEs may be queued on its own ring (a deadlock seen in
+     * test_posix's test_lseek_data_hole_end): the defer thread does it. */
+    int inval = fs->opts.writeback && fs->se &&
+                sqz_content_has_writers(handle_of(fi)->inode);
+    if (inval && fs->opts.io_uring) {
+        struct lseek_args a = {req, ino, off, whence, *fi};
+        int rc = sqz_defer(fs, lseek_deferred, &a, sizeof(a));
+        if (rc)
+            fuse_reply_err(req, -rc);
         return;
     }
-    if (fs->opts.writeback && fs->se && sqz_content_has_writers(h->inode))
-        fuse_lowlevel_notify_inval_inode(fs->se, ino, off & ~(off_t)4095, 0);
-    uint64_t at = 0;
-    int rc = sqz_content_lseek(fs, h, (uint64_t)off, whence, &at);
-    if (rc < 0)
-        fuse_reply_err(req, -rc);
-    else
-        fuse_reply_lseek(req, (off_t)at);
+    lseek_do(req, ino, off, whence, fi, inval);
 }
 
 static void op_copy_file_range(fuse_req_t req, fuse_ino_t ino_in,

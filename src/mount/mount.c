@@ -14,6 +14,7 @@
 #include "daemon/mountinfo.h"
 #include "node/inode.h"
 #include "node/ptimes.h"
+#include "node/push.h"
 #include "store/pack_rd.h"
 #include "pack/packing.h"
 #include "content/content.h"
@@ -381,6 +382,12 @@ static int start_jobs(struct sqz_fs *fs, struct fuse_session *se)
                  strerror(-rc));
         return rc;
     }
+    if (fs->opts.io_uring &&
+        ((rc = sqz_pushq_start(fs)) < 0 || (rc = sqz_defer_start(fs)) < 0)) {
+        sqz_logf(SQZ_LOG_ERR, "cannot start the pusher thread: %s",
+                 strerror(-rc));
+        return rc;
+    }
     if ((rc = sqz_shutdown_start(fs, se)) < 0) {
         sqz_logf(SQZ_LOG_ERR, "cannot set up the signal handling: %s",
                  strerror(-rc));
@@ -518,11 +525,17 @@ out_unmount:
     sqz_tier_stop(fs);
     sqz_revalidate_stop(fs); /* it notifies the kernel through se */
     fuse_session_unmount(se);
+    /* the pusher first: the requests the defer thread runs may wait for
+     * its pushes (ring threads may go on until the session is destroyed) */
+    sqz_pushq_stop(fs);
+    sqz_defer_stop(fs);
     sqz_shutdown_stop(fs);
 out_signals:
     fuse_remove_signal_handlers(se);
 out_session:
     fuse_session_destroy(se); /* calls op_destroy if the kernel did not */
+    sqz_pushq_free(fs);
+    sqz_defer_free(fs);
     teardown(fs);
     if (g_destroy_rc) {
         sqz_logf(SQZ_LOG_ERR, "flushing at unmount failed: %s", strerror(-g_destroy_rc));

@@ -37,8 +37,15 @@
  *    page back before it sends the RELEASE of a writable file (and dirty
  *    pages need a writable file), and a truncate(2) without a handle is a
  *    changer here too. So the same fence covers it.
- *  - Over io_uring (-o io_uring) nothing is pushed: each ring has one
- *    thread, which the READ a push waits for may be queued behind.
+ *  - Over io_uring (-o io_uring) each ring has one thread, and a READ's
+ *    reply reaches the kernel only when its thread has handled the whole
+ *    batch of requests it got with it: a push there could wait for its own
+ *    READ, or for one queued behind it. So the READ handler queues the push
+ *    (pushq.c) and one pusher thread stores it, under the same fence; and a
+ *    ring thread never waits for a push: a handler that would change the
+ *    content (open, truncate) first blocks pushes at once if none is in
+ *    flight (sqz_push_preblock), else hands the whole request to a thread
+ *    that may wait (src/fuse/defer.c).
  *  - A push never extends the file in the kernel: blocks end at the
  *    file's length as the read saw it, and no change (truncate) can have
  *    happened since.
@@ -75,8 +82,41 @@ void sqz_push_destroy(struct sqz_inode *in)
     pthread_mutex_destroy(&in->push.mu);
 }
 
+/* The block this thread took ahead of its handler (sqz_push_preblock),
+ * which the handler's first sqz_push_block of that inode takes over. */
+static _Thread_local struct sqz_inode *g_pre;
+
+int sqz_push_preblock(struct sqz_fs *fs, struct sqz_inode *in)
+{
+    if (!fs->opts.io_uring || !fs->se)
+        return 0;
+    SQZ_MUTEX_LOCK(&in->push.mu, SQZ_RANK_PUSH);
+    int busy = in->push.busy > 0;
+    if (!busy) { /* as sqz_push_block, with nothing to wait for */
+        in->push.block++;
+        in->push.gen++;
+    }
+    SQZ_MUTEX_UNLOCK(&in->push.mu);
+    if (busy)
+        return -EWOULDBLOCK;
+    g_pre = in;
+    return 0;
+}
+
+void sqz_push_preblock_end(struct sqz_inode *in)
+{
+    if (g_pre != in)
+        return; /* taken over by the handler, or none taken */
+    g_pre = NULL;
+    sqz_push_unblock(in);
+}
+
 void sqz_push_block(struct sqz_inode *in)
 {
+    if (g_pre == in) { /* already counted: no push has entered since */
+        g_pre = NULL;
+        return;
+    }
     SQZ_MUTEX_LOCK(&in->push.mu, SQZ_RANK_PUSH);
     in->push.block++;
     in->push.gen++;
@@ -103,11 +143,10 @@ void sqz_push_fence(struct sqz_inode *in)
 int sqz_push_sample(struct sqz_fs *fs, struct sqz_inode *in, uint64_t *gen)
 {
     SQZ_ASSERT_HELD(&in->io);
-    /* Not over io_uring: one thread serves each ring, so a push that waits
-     * for the page locks of a READ queued behind it on its own ring (the
-     * reader's read-ahead after the reply) never ends, nor do the changers
-     * waiting for it (a deadlock seen in test_posix). */
-    if (!fs->se || fs->opts.io_uring)
+    /* Over io_uring only through the pusher thread (pushq.c): a push on a
+     * ring thread can wait for the page locks of a READ queued behind it
+     * on its own ring, and never end (a deadlock seen in test_posix). */
+    if (!fs->se || (fs->opts.io_uring && !atomic_load(&fs->push.queue_on)))
         return 0;
     SQZ_MUTEX_LOCK(&in->push.mu, SQZ_RANK_PUSH);
     int ok = in->push.block == 0;
@@ -181,7 +220,8 @@ int sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
  * file's, and every page the kernel may hold for the file is replaced. */
 int sqz_push_packed(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in)
 {
-    if (fs->opts.ro || !fs->se)
+    /* (not over io_uring: the open's ring thread would wait for it) */
+    if (fs->opts.ro || !fs->se || fs->opts.io_uring)
         return 0;
     void *copy = NULL;
     size_t len = 0;

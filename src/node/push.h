@@ -12,6 +12,14 @@ void sqz_push_destroy(struct sqz_inode *in);
  * with no lock held. */
 void sqz_push_block(struct sqz_inode *in);
 void sqz_push_unblock(struct sqz_inode *in);
+/* Over io_uring, on a ring thread, before a handler that may change in's
+ * content or fence its pushes: 0 when no push of in is in flight, and then
+ * pushes are blocked (as sqz_push_block, which the handler's first call for
+ * in takes over without waiting) until sqz_push_preblock_end, a no-op if
+ * taken over; -EWOULDBLOCK when a push is in flight: hand the request to a
+ * thread that may wait (src/fuse/defer.c). Elsewhere 0, nothing done. */
+int sqz_push_preblock(struct sqz_fs *fs, struct sqz_inode *in);
+void sqz_push_preblock_end(struct sqz_inode *in);
 /* The content changed at once (a read-only view was replaced, io already
  * released): end the pushes in flight and refuse those sampled before.
  * No lock held. */
@@ -28,5 +36,19 @@ int sqz_push_store(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
  * reads that follow need no READ. 1 when every page was pushed (the open
  * may keep the kernel's cache), else 0. */
 int sqz_push_packed(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in);
+
+/* ---- pushq.c: the pusher thread (over io_uring) ---- */
+/* Start it (-o io_uring). 0 or -errno. */
+int sqz_pushq_start(struct sqz_fs *fs);
+/* Stop it (join); the pushes still queued, and those queued later, are
+ * dropped. Idempotent. Ring threads may still run: sqz_pushq_free after
+ * the session is destroyed. */
+void sqz_pushq_stop(struct sqz_fs *fs);
+void sqz_pushq_free(struct sqz_fs *fs);
+/* After the READ reply, no lock held: queue the push of sp (as
+ * sqz_push_store), taking over sp and the caller's open reference of in;
+ * when the queue is full, the push is dropped (counted as skipped). */
+void sqz_pushq_add(struct sqz_fs *fs, fuse_ino_t ino, struct sqz_inode *in,
+                   uint64_t gen, sqz_read_spill *sp);
 
 #endif
