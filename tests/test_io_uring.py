@@ -331,14 +331,11 @@ os.close(fd)
 """
 
 
-def test_io_uring_lseek_with_dirty_pages_no_deadlock(mount_factory, uring_param):
-    """lseek(SEEK_DATA) of a file open for writing: the daemon invalidates the
-    kernel's pages from the offset first, which writes the dirty ones back,
-    as WRITEs sent from the thread asking, a ring thread pinned to its core:
-    they queue on its own ring, which waited for them for ever (test_posix
-    over io_uring hung). The defer thread does it now (src/fuse/defer.c)."""
-    m = mount_uring(mount_factory)
-    p = subprocess.Popen(["python3", "-c", LSEEKER, m.path("f")],
+def run_or_abort(m, script):
+    """Run script (python) on the file f of mount m; its stdout. A run that
+    does not end within 30 s (a deadlock) aborts the connection and fails
+    the test instead of hanging it."""
+    p = subprocess.Popen(["python3", "-c", script, m.path("f")],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         out, err = p.communicate(timeout=30)
@@ -349,6 +346,17 @@ def test_io_uring_lseek_with_dirty_pages_no_deadlock(mount_factory, uring_param)
         p.wait()
         pytest.fail("lseek over io_uring did not end within 30 s (deadlock)")
     assert p.returncode == 0, err
+    return out
+
+
+def test_io_uring_lseek_with_dirty_pages_no_deadlock(mount_factory, uring_param):
+    """lseek(SEEK_DATA) of a file open for writing: the daemon invalidates the
+    kernel's pages from the offset first, which writes the dirty ones back,
+    as WRITEs sent from the thread asking, a ring thread pinned to its core:
+    they queue on its own ring, which waited for them for ever (test_posix
+    over io_uring hung). The defer thread does it now (src/fuse/defer.c)."""
+    m = mount_uring(mount_factory)
+    run_or_abort(m, LSEEKER)
     with open(m.path("f"), "rb") as f:
         assert f.read() == b"squeeze " * 40000
 
@@ -370,17 +378,7 @@ def test_io_uring_seek_finds_a_hole_between_dirty_pages(mount_factory, uring_par
     ranges is found (at block granularity) and the data after it too;
     nothing hangs."""
     m = mount_uring(mount_factory)
-    p = subprocess.Popen(["python3", "-c", HOLE_SEEKER, m.path("f")],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        out, err = p.communicate(timeout=30)
-    except subprocess.TimeoutExpired:
-        abort_connection(m.proc.pid)
-        m.kill()
-        p.kill()
-        p.wait()
-        pytest.fail("lseek over io_uring did not end within 30 s (deadlock)")
-    assert p.returncode == 0, err
+    out = run_or_abort(m, HOLE_SEEKER)
     d, h, d2 = map(int, out.split())
     assert d == 0 and 4096 <= h < (1 << 20) and h <= d2 <= (1 << 20), (d, h, d2)
     with open(m.path("f"), "rb") as f:
