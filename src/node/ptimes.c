@@ -510,12 +510,17 @@ static void restore_at(struct sqz_fs *fs, struct sqz_inode *in, int may_defer)
 {
     SQZ_ASSERT_HELD(&in->io);
     struct stat bst;
-    if (sqz_backing_stat(in, &bst) != 0)
-        return;
-    /* meta is held across the check and the utimensat: a writer clears
-     * utimes_kept (content_io.c) before its data can reach the backing
-     * file, so the user's old times are never put back on new data */
+    /* meta is held across the stat, the check and the utimensat: a writer
+     * clears utimes_kept (content_io.c) before its data can reach the
+     * backing file, so the user's old times are never put back on new
+     * data; and two restores (a SETATTR's and a release's) cannot
+     * interleave, so neither compares with a stat the other made stale
+     * and leaves the older times on the file */
     SQZ_MUTEX_LOCK(&in->meta, SQZ_RANK_META);
+    if (sqz_backing_stat(in, &bst) != 0) {
+        SQZ_MUTEX_UNLOCK(&in->meta);
+        return;
+    }
     if (!may_defer)
         in->times.kc_owed = 0;
     struct timespec tv[2] = {{.tv_nsec = UTIME_OMIT}, {.tv_nsec = UTIME_OMIT}};
