@@ -19,9 +19,10 @@ durable marks settle (their counters are reported), the first 20 files
 (200 KB containers; the rest are packed) are made two days old and a
 tiering pass (`tier=1s`, a rule `d00000/* zstd:1 after 1d zstd:6`) walks
 the whole tree and rewrites them, keeping their numbers across a remount, and `squeezefs
-verify` of BACKING must exit 0. The removal takes every other file of the
-tree first, so packs turn half dead and are reclaimed during it, and
-BACKING must be empty after it.
+verify` of BACKING must exit 0. The removal takes two files of every
+three first; squeezefs then waits (untimed) until reclaiming has moved
+the live entries of its two-thirds-dead packs, and BACKING must be empty
+after the removal.
 
 Usage (root):
   tools/bench_manyfiles.py [--sizes 10000,100000] [--million]
@@ -136,19 +137,21 @@ def read_all(root, n, inos):
     return time.monotonic() - t0, bad, moved
 
 
-def remove(root, n, ndirs):
-    """Every other file of the whole tree first (squeezefs: its packs turn
-    half dead and are reclaimed while the rest goes), then the rest and
-    the directories."""
+def remove(root, n, ndirs, between=None):
+    """Two files of every three of the whole tree first (squeezefs: its
+    packs turn two thirds dead), then between() (untimed: squeezefs waits
+    for its packs to be reclaimed), then the rest and the directories."""
     t0 = time.monotonic()
-    for i in range(1, n, 2):
-        os.unlink(os.path.join(root, rel(i)))
+    for i in range(n):
+        if i % 3:
+            os.unlink(os.path.join(root, rel(i)))
+    paused = between() if between else 0.0
     for d in range(ndirs):
         p = os.path.join(root, f"d{d:05}")
         for fn in os.listdir(p):
             os.unlink(os.path.join(p, fn))
         os.rmdir(p)
-    return time.monotonic() - t0
+    return time.monotonic() - t0 - paused
 
 
 
@@ -256,12 +259,25 @@ def run_one(target, n, args, work):
         assert bad == 0, f"{bad} files read back wrong"
         if target == "squeezefs":
             background(args, res, fm, s, mkcmd, backing, mnt, n, inos)
-        drop_caches({})
-        res["remove"] = remove(root, n, ndirs)
+        between = None
         if target == "squeezefs":
-            st = stats(args, mnt)
-            res["packs_removed"], res["pack_entries_moved"] = (
-                st["packs_removed"], st["pack_entries_moved"])
+            def between():
+                """Until reclaiming (every 10 s per noted directory) has
+                stopped moving entries and removing packs."""
+                t0, last = time.monotonic(), None
+                while time.monotonic() - t0 < 600:
+                    time.sleep(6)
+                    st = stats(args, mnt)
+                    now = (st["pack_entries_moved"], st["packs_removed"])
+                    if now == last and time.monotonic() - t0 > 20:
+                        break
+                    last = now
+                res["packs_removed"], res["pack_entries_moved"] = (
+                    st["packs_removed"], st["pack_entries_moved"])
+                res["reclaim_s"] = time.monotonic() - t0
+                return res["reclaim_s"]
+        drop_caches({})
+        res["remove"] = remove(root, n, ndirs, between)
     finally:
         s.stop()
         if fm:
