@@ -41,18 +41,28 @@ int sqz_fd_relpath(struct sqz_fs *fs, int fd, char *buf, size_t n)
     return 0;
 }
 
+/* An O_PATH descriptor of what the last name the daemon saw in by
+ * (sqz_ifd_hint_dir) names now, opened below that name's directory and not
+ * followed if a symlink; -errno if none. The caller checks it is in. */
+static int open_last_name(struct sqz_inode *in)
+{
+    char name[NAME_MAX + 1];
+    int dfd = sqz_ifd_hint_dir(in, name, sizeof(name));
+    if (dfd < 0)
+        return dfd;
+    int fd = sqz_openat_fd(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
+    int e = fd < 0 ? -errno : 0;
+    close(dfd);
+    return fd < 0 ? e : fd;
+}
+
 /* fd, in's (pinned), is not below BACKING: if it is a disconnected
  * descriptor of a file whose hint still names it, a connected one takes
  * its place (the same number). 0 or -ENOENT. */
 static int reconnect(struct sqz_inode *in, int fd)
 {
-    char name[NAME_MAX + 1];
-    int dfd = sqz_ifd_hint_dir(in, name, sizeof(name));
-    if (dfd < 0)
-        return -ENOENT;
     int rc = -ENOENT;
-    int nfd = sqz_openat_fd(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
-    close(dfd);
+    int nfd = open_last_name(in);
     if (nfd >= 0) {
         if (sqz_ifd_reconnect(in, fd, nfd) == 0)
             rc = 0;
@@ -130,12 +140,7 @@ static int dirfd_once(struct sqz_fs *fs, struct sqz_inode *in, int fd,
 static int dirfd_alt(struct sqz_fs *fs, struct sqz_inode *in, int ifd,
                      const struct stat *ist, char *base, size_t bn)
 {
-    char name[NAME_MAX + 1];
-    int hd = sqz_ifd_hint_dir(in, name, sizeof(name));
-    if (hd < 0)
-        return -EBUSY;
-    int alt = sqz_openat_fd(hd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC, 0);
-    close(hd);
+    int alt = open_last_name(in);
     if (alt < 0)
         return -EBUSY;
     struct stat ast;
